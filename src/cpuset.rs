@@ -1,0 +1,155 @@
+//! `CpuSet`: a validated set of cores.
+
+use crate::{sys, Error};
+
+/// A non-empty set of CPUs (cores) that a group or runtime may use.
+///
+/// Every constructor validates its input (I9): no empty sets, no CPU at or beyond the machine's possible CPUs, no
+/// CPU outside the process's affinity mask.
+///
+/// ```
+/// use mmcid::CpuSet;
+/// let all = CpuSet::current().unwrap();
+/// let first = all.iter().next().unwrap();
+/// let one = CpuSet::from_cpus([first]).unwrap();
+/// assert_eq!(one.len(), 1);
+/// assert!(one.contains(first));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CpuSet {
+    words: Vec<u64>,
+}
+
+impl CpuSet {
+    /// The calling thread's affinity mask.
+    pub fn current() -> Result<CpuSet, Error> {
+        let cpus = sys::affinity().map_err(|errno| Error::Os { what: "sched_getaffinity", errno })?;
+        let set = CpuSet::raw(cpus);
+        if set.is_empty() {
+            return Err(Error::EmptyCpuSet);
+        }
+        Ok(set)
+    }
+
+    /// A set of the given CPUs, each checked against the possible CPUs and the process's affinity mask.
+    pub fn from_cpus<I: IntoIterator<Item = usize>>(cpus: I) -> Result<CpuSet, Error> {
+        let set = CpuSet::raw(cpus);
+        if set.is_empty() {
+            return Err(Error::EmptyCpuSet);
+        }
+        let possible = sys::possible_cpus();
+        if let Some(cpu) = set.iter().find(|&c| c >= possible) {
+            return Err(Error::CpuOutOfRange { cpu, possible });
+        }
+        let allowed = CpuSet::current()?;
+        if let Some(cpu) = set.iter().find(|&c| !allowed.contains(c)) {
+            return Err(Error::CpuNotAllowed { cpu });
+        }
+        Ok(set)
+    }
+
+    /// A set of virtual CPUs, for groups built with
+    /// [`GroupBuilder::virtual_cpus`](crate::GroupBuilder::virtual_cpus): only emptiness is checked here; the
+    /// group checks the range.
+    pub fn virtual_set<I: IntoIterator<Item = usize>>(cpus: I) -> Result<CpuSet, Error> {
+        let set = CpuSet::raw(cpus);
+        if set.is_empty() {
+            return Err(Error::EmptyCpuSet);
+        }
+        Ok(set)
+    }
+
+    /// Unvalidated set (for virtual CPUs and internal unions).
+    pub(crate) fn raw<I: IntoIterator<Item = usize>>(cpus: I) -> CpuSet {
+        let mut set = CpuSet { words: Vec::new() };
+        for cpu in cpus {
+            set.insert(cpu);
+        }
+        set
+    }
+
+    fn insert(&mut self, cpu: usize) {
+        let w = cpu / 64;
+        if self.words.len() <= w {
+            self.words.resize(w + 1, 0);
+        }
+        self.words[w] |= 1 << (cpu % 64);
+    }
+
+    /// Number of CPUs in the set.
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// Whether the set is empty (never true for a set built by a public constructor).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `cpu` is in the set.
+    pub fn contains(&self, cpu: usize) -> bool {
+        self.words.get(cpu / 64).is_some_and(|w| w & (1 << (cpu % 64)) != 0)
+    }
+
+    /// The CPUs in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &w)| (0..64).filter(move |b| w & (1 << b) != 0).map(move |b| i * 64 + b))
+    }
+
+    /// Adds every CPU of `other`; returns whether the set grew.
+    pub(crate) fn union_with(&mut self, other: &CpuSet) -> bool {
+        let before = self.len();
+        for cpu in other.iter() {
+            self.insert(cpu);
+        }
+        self.len() > before
+    }
+
+    /// Whether every CPU of `other` is in `self`.
+    pub fn is_superset(&self, other: &CpuSet) -> bool {
+        other.iter().all(|c| self.contains(c))
+    }
+}
+
+impl std::fmt::Debug for CpuSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_is_a_typed_error() {
+        assert_eq!(CpuSet::from_cpus([]), Err(Error::EmptyCpuSet));
+        let possible = sys::possible_cpus();
+        assert_eq!(
+            CpuSet::from_cpus([possible + 3]),
+            Err(Error::CpuOutOfRange { cpu: possible + 3, possible })
+        );
+    }
+
+    #[test]
+    fn set_operations() {
+        let mut a = CpuSet::raw([1, 3, 70]);
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.iter().collect::<Vec<_>>(), vec![1, 3, 70]);
+        assert!(a.contains(70) && !a.contains(2) && !a.contains(1000));
+        assert!(!a.union_with(&CpuSet::raw([3])));
+        assert!(a.union_with(&CpuSet::raw([2])));
+        assert!(a.is_superset(&CpuSet::raw([1, 2])));
+        assert_eq!(format!("{a:?}"), "{1, 2, 3, 70}");
+    }
+
+    #[test]
+    fn current_is_valid() {
+        let cur = CpuSet::current().unwrap();
+        assert!(!cur.is_empty());
+        assert_eq!(CpuSet::from_cpus(cur.iter()).unwrap(), cur);
+    }
+}

@@ -1,0 +1,607 @@
+//! `Group`: one CID space, its limits, its mode and the lifecycle operations that switch modes (design.md §3, §5).
+
+use crate::bitmap::{Bitmap, MAX_BITS};
+use crate::registration::{RegRec, Registration};
+use crate::state::*;
+use crate::stats::{Counters, Ev, Stats};
+use crate::sync::{compiler_fence, fence, Arc, AtomicU32, AtomicUsize, Mutex, Ordering};
+use crate::{sys, CpuSet, Error};
+use crossbeam_utils::CachePadded;
+
+/// One CID space shared by a group of threads: the user-space `mm`.
+///
+/// Cheap to clone (a shared handle), `Send + Sync`. Threads join with [`Group::register`] and take a CID for a
+/// stretch of code with [`Registration::enter`]; code that does not manage registrations uses [`Group::enter`].
+///
+/// ```
+/// use mmcid::{Group, Mode};
+/// let group = Group::new();
+/// let mut reg = group.register();
+/// let guard = reg.enter();
+/// assert_eq!(guard.cid().get(), 0);          // compact: one user, CID 0
+/// assert_eq!(group.mode(), Mode::PerTask);
+/// drop(guard);
+/// drop(reg);
+/// assert_eq!(group.users(), 0);
+/// assert_eq!(group.stats().cids_in_use, 0);  // nothing leaks (I5)
+/// ```
+#[derive(Clone)]
+pub struct Group {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Read-mostly words every enter reads: one cache line, written only by mode switches and membership changes.
+pub(crate) struct Hot {
+    /// Mode word (design.md §2.1).
+    pub(crate) mode: AtomicU32,
+    /// Current compactness bound (dossier §2).
+    pub(crate) max_cids: AtomicU32,
+    /// Whether light barriers may be compiler fences (membarrier registered).
+    pub(crate) asym: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) hot: CachePadded<Hot>,
+    /// One word per core (design.md §2.3), each on its own cache line.
+    pub(crate) slots: Box<[CachePadded<AtomicU32>]>,
+    pub(crate) bitmap: Bitmap,
+    /// Possible cores (the kernel's N), or the number of virtual cores.
+    pub(crate) cores: usize,
+    pub(crate) virtual_cpus: bool,
+    pub(crate) id: u64,
+    users: AtomicUsize,
+    life: Mutex<Life>,
+    #[cfg(loom)]
+    pub(crate) mutant: Mutant,
+}
+
+/// State changed only under the lifecycle lock (the kernel's `mm_cid.mutex` + `mm_cid.lock`).
+struct Life {
+    users: usize,
+    /// The explicit registration list walked by task → CPU fixups (kernel 192d852129b1).
+    regs: Vec<Option<Arc<RegRec>>>,
+    free: Vec<usize>,
+    allowed: CpuSet,
+    /// Switch-back threshold; non-zero ⇔ per-CPU mode wanted.
+    thrs: usize,
+    /// Lifecycle events plus the counters of dropped registrations.
+    counters: Counters,
+}
+
+enum Flip {
+    None,
+    ToPerCpu,
+    ToPerTask,
+}
+
+/// Builds a [`Group`] with a chosen CPU set.
+///
+/// ```
+/// use mmcid::{CpuSet, Group};
+/// let group = Group::builder().cpus(CpuSet::current()?).build()?;
+/// assert!(group.cpus().len() >= 1);
+/// // A simulated 8-core group, e.g. to exercise per-CPU mode on a small machine:
+/// let sim = Group::builder().virtual_cpus(8).build()?;
+/// assert_eq!(sim.cores(), 8);
+/// # Ok::<(), mmcid::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct GroupBuilder {
+    cpus: Option<CpuSet>,
+    virtual_cpus: Option<usize>,
+    asymmetric: bool,
+    #[cfg(loom)]
+    mutant: Mutant,
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group::new()
+    }
+}
+
+impl Group {
+    /// A group whose allowed cores are the calling thread's affinity mask.
+    pub fn new() -> Group {
+        Group::builder().build().unwrap_or_else(|_| {
+            // Only an OS failure of sched_getaffinity gets here: fall back to every possible CPU.
+            let all = CpuSet::raw(0..sys::possible_cpus());
+            GroupBuilder { cpus: Some(all), ..Group::builder() }.build_unchecked()
+        })
+    }
+
+    /// A builder for a group with a chosen CPU set or virtual cores.
+    pub fn builder() -> GroupBuilder {
+        GroupBuilder {
+            cpus: None,
+            virtual_cpus: None,
+            asymmetric: true,
+            #[cfg(loom)]
+            mutant: Mutant::None,
+        }
+    }
+
+    /// Registers a thread (≈ fork): the returned registration is how that thread enters. In per-task mode the new
+    /// registration owns a CID from birth; a registration that makes `users > max_cids` switches the group to
+    /// per-CPU mode before this returns.
+    ///
+    /// # Panics
+    ///
+    /// Only past a million registrations at once (the CID space's hard size); [`Group::try_register`] returns the
+    /// error instead.
+    pub fn register(&self) -> Registration {
+        match self.try_register() {
+            Ok(reg) => reg,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`Group::register`], returning [`Error::TooManyRegistrations`] instead of panicking.
+    pub fn try_register(&self) -> Result<Registration, Error> {
+        let inner = &*self.inner;
+        let mut life = inner.life.lock();
+        if !inner.bitmap.grow(life.users + 1 + inner.cores) {
+            return Err(Error::TooManyRegistrations { limit: MAX_BITS - inner.cores });
+        }
+        let rec = Arc::new(RegRec::new());
+        let index = match life.free.pop() {
+            Some(i) => {
+                life.regs[i] = Some(rec.clone());
+                i
+            }
+            None => {
+                life.regs.push(Some(rec.clone()));
+                life.regs.len() - 1
+            }
+        };
+        life.users += 1;
+        inner.users.store(life.users, Ordering::Relaxed);
+        let flip = inner.update_limits(&mut life);
+        inner.apply(&mut life, flip);
+        if inner.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
+            // Per-task: the child owns a CID from birth (kernel `sched_mm_cid_fork`). Nobody else can see `rec`'s
+            // word yet except fixups, which need the lock we hold.
+            let cid = inner.bitmap.get(inner.max_cids());
+            life.counters.bump(Ev::BitmapSet);
+            rec.cid.store(cid, Ordering::Release);
+        }
+        drop(life);
+        Ok(Registration::new(self.clone(), rec, index))
+    }
+
+    /// Number of registered threads.
+    pub fn users(&self) -> usize {
+        self.inner.users.load(Ordering::Relaxed)
+    }
+
+    /// The current compactness bound: in steady state every CID handed out is below it (I2).
+    pub fn max_cids(&self) -> usize {
+        self.inner.max_cids()
+    }
+
+    /// Who owns CIDs now.
+    pub fn mode(&self) -> crate::Mode {
+        crate::Mode::from_word(self.inner.hot.mode.load(Ordering::Acquire))
+    }
+
+    /// Number of cores the group's slots cover: the machine's possible CPUs, or the virtual CPUs.
+    pub fn cores(&self) -> usize {
+        self.inner.cores
+    }
+
+    /// The cores the group may use (grows only).
+    pub fn cpus(&self) -> CpuSet {
+        self.inner.life.lock().allowed.clone()
+    }
+
+    /// Whether light barriers are compiler fences paired with `membarrier` (design.md §5.1).
+    pub fn uses_membarrier(&self) -> bool {
+        self.inner.hot.asym
+    }
+
+    /// Path counters and CIDs in use.
+    pub fn stats(&self) -> Stats {
+        let life = self.inner.life.lock();
+        let mut totals = Stats::totals();
+        life.counters.add_to(&mut totals);
+        for rec in life.regs.iter().flatten() {
+            rec.counters.add_to(&mut totals);
+        }
+        Stats::from_totals(&totals, self.inner.bitmap.count())
+    }
+
+    /// Widens the cores the group may use (`nr_cpus_allowed` grows only, as in the kernel). If the group is in
+    /// per-CPU mode and the wider set lowers the switch-back threshold below `users`, the group switches back to
+    /// per-task mode before this returns (the kernel defers this through irq_work; we hold no scheduler lock).
+    ///
+    /// ```
+    /// let group = mmcid::Group::builder().virtual_cpus(4).cpus_virtual([0]).build()?;
+    /// assert_eq!(group.cpus().len(), 1);
+    /// group.set_cpus_allowed(&mmcid::CpuSet::virtual_set([1, 2])?)?;
+    /// assert_eq!(group.cpus().len(), 3);
+    /// # Ok::<(), mmcid::Error>(())
+    /// ```
+    pub fn set_cpus_allowed(&self, cpus: &CpuSet) -> Result<(), Error> {
+        let inner = &*self.inner;
+        if cpus.is_empty() {
+            return Err(Error::EmptyCpuSet);
+        }
+        if let Some(cpu) = cpus.iter().find(|&c| c >= inner.cores) {
+            return Err(Error::CpuOutOfRange { cpu, possible: inner.cores });
+        }
+        if !inner.virtual_cpus {
+            let allowed = CpuSet::current()?;
+            if let Some(cpu) = cpus.iter().find(|&c| !allowed.contains(c)) {
+                return Err(Error::CpuNotAllowed { cpu });
+            }
+        }
+        let mut life = inner.life.lock();
+        if life.allowed.union_with(cpus) {
+            if inner.hot.mode.load(Ordering::Relaxed) & ONCPU != 0 {
+                life.thrs = inner.thrs(inner.opt(&life));
+            }
+            let flip = inner.update_limits(&mut life);
+            inner.apply(&mut life, flip);
+        }
+        Ok(())
+    }
+
+    /// A process-unique id, used to match guards with data of the same group.
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Checks the ownership invariant (design.md §2.4) at quiescence: returns the number of set bits and the number
+    /// of owners (registration words and core slots), and every CID owned twice. Only meaningful when no guard is
+    /// alive and no lifecycle operation runs. Used by tests and loom models.
+    #[doc(hidden)]
+    pub fn audit(&self) -> Audit {
+        let inner = &*self.inner;
+        let life = inner.life.lock();
+        let mut owned: Vec<u32> = life
+            .regs
+            .iter()
+            .flatten()
+            .map(|r| r.cid.load(Ordering::Acquire))
+            .filter(|&w| w != UNSET)
+            .collect();
+        owned.extend(inner.slots.iter().map(|s| s.load(Ordering::Acquire)).filter(|&s| s & ONCPU != 0).map(|s| s & VALUE));
+        let mut sorted = owned.clone();
+        sorted.sort_unstable();
+        let mut duplicates: Vec<u32> = sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+        duplicates.dedup();
+        let unmarked = owned.iter().copied().filter(|&c| !inner.bitmap.is_set(c)).collect();
+        Audit { bits: inner.bitmap.count(), owners: owned.len(), duplicates, unmarked }
+    }
+}
+
+/// Result of [`Group::audit`].
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audit {
+    /// Bits set in the bitmap.
+    pub bits: usize,
+    /// Owners found: registration words holding a CID plus core slots owning one.
+    pub owners: usize,
+    /// CIDs held by two owners.
+    pub duplicates: Vec<u32>,
+    /// CIDs held by an owner whose bit is clear.
+    pub unmarked: Vec<u32>,
+}
+
+impl Audit {
+    /// Bits equal owners, nothing owned twice, nothing owned without its bit.
+    pub fn is_consistent(&self) -> bool {
+        self.bits == self.owners && self.duplicates.is_empty() && self.unmarked.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("users", &self.users())
+            .field("max_cids", &self.max_cids())
+            .field("mode", &self.mode())
+            .field("cores", &self.cores())
+            .finish()
+    }
+}
+
+impl GroupBuilder {
+    /// The cores the group may use (default: the calling thread's affinity mask).
+    pub fn cpus(mut self, cpus: CpuSet) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// Simulate `n` cores numbered `0..n`, whatever the machine has: threads map to core `cpu % n` (or the core
+    /// given to [`Registration::set_cpu`]). Lets a small machine exercise per-CPU mode and mode switches the way a
+    /// large one would; CIDs stay exclusive whatever the mapping.
+    pub fn virtual_cpus(mut self, n: usize) -> Self {
+        self.virtual_cpus = Some(n);
+        self
+    }
+
+    /// With virtual cores, the subset the group may use at first (default: all of them).
+    pub fn cpus_virtual<I: IntoIterator<Item = usize>>(mut self, cpus: I) -> Self {
+        self.cpus = Some(CpuSet::raw(cpus));
+        self
+    }
+
+    /// Use `membarrier` for the rare side of the Dekker pairs so that enter/exit need only compiler fences
+    /// (default true; falls back to full fences where membarrier is unavailable). `false` forces the fallback.
+    pub fn asymmetric_fences(mut self, on: bool) -> Self {
+        self.asymmetric = on;
+        self
+    }
+
+    /// Loom only: build the group with one mutant step (docs/loom.md).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn mutant(mut self, mutant: Mutant) -> Self {
+        self.mutant = mutant;
+        self
+    }
+
+    /// Builds the group, validating the CPU set (I9).
+    pub fn build(self) -> Result<Group, Error> {
+        match self.virtual_cpus {
+            Some(0) => return Err(Error::ZeroThreads),
+            Some(n) => {
+                let cpus = self.cpus.clone().unwrap_or_else(|| CpuSet::raw(0..n));
+                if cpus.is_empty() {
+                    return Err(Error::EmptyCpuSet);
+                }
+                if let Some(cpu) = cpus.iter().find(|&c| c >= n) {
+                    return Err(Error::CpuOutOfRange { cpu, possible: n });
+                }
+                Ok(GroupBuilder { cpus: Some(cpus), ..self }.build_unchecked())
+            }
+            None => {
+                let cpus = match self.cpus.clone() {
+                    Some(c) => c,
+                    None => CpuSet::current()?,
+                };
+                if cpus.is_empty() {
+                    return Err(Error::EmptyCpuSet);
+                }
+                let possible = sys::possible_cpus();
+                if let Some(cpu) = cpus.iter().find(|&c| c >= possible) {
+                    return Err(Error::CpuOutOfRange { cpu, possible });
+                }
+                Ok(GroupBuilder { cpus: Some(cpus), ..self }.build_unchecked())
+            }
+        }
+    }
+
+    fn build_unchecked(self) -> Group {
+        let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
+        let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
+        let asym = self.asymmetric && sys::membarrier_available();
+        #[allow(unused_mut)]
+        let mut bitmap = Bitmap::new();
+        #[cfg(loom)]
+        {
+            bitmap.relaxed = self.mutant == Mutant::RelaxedBitmap;
+        }
+        Group {
+            inner: Arc::new(Inner {
+                hot: CachePadded::new(Hot { mode: AtomicU32::new(PER_TASK), max_cids: AtomicU32::new(0), asym }),
+                slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
+                bitmap,
+                cores,
+                virtual_cpus: self.virtual_cpus.is_some(),
+                id: next_group_id(),
+                users: AtomicUsize::new(0),
+                life: Mutex::new(Life {
+                    users: 0,
+                    regs: Vec::new(),
+                    free: Vec::new(),
+                    allowed,
+                    thrs: 0,
+                    counters: Counters::default(),
+                }),
+                #[cfg(loom)]
+                mutant: self.mutant,
+            }),
+        }
+    }
+}
+
+fn next_group_id() -> u64 {
+    // A plain std atomic even under loom: ids only need to differ, and loom must not see this static.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Inner {
+    #[inline(always)]
+    pub(crate) fn max_cids(&self) -> usize {
+        // Relaxed: a stale bound only changes whether converge runs (dossier O4).
+        self.hot.max_cids.load(Ordering::Relaxed) as usize
+    }
+
+    /// Whether the loom mutant `m` is active (always false in normal builds).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn mutant(&self, m: MutantId) -> bool {
+        #[cfg(loom)]
+        {
+            self.mutant == m
+        }
+        #[cfg(not(loom))]
+        {
+            false
+        }
+    }
+
+    /// Light side of the Dekker pairs (E2, X2): a compiler fence when the heavy side uses membarrier, else a
+    /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1.
+    #[inline(always)]
+    pub(crate) fn light_barrier(&self) {
+        if self.hot.asym {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence.
+    fn heavy_barrier(&self) {
+        if self.hot.asym {
+            sys::membarrier();
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
+    /// the walk (dossier O3).
+    fn completion_order(&self) -> Ordering {
+        if self.mutant(MUTANT_RELAXED_COMPLETION) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        }
+    }
+
+    fn opt(&self, life: &Life) -> usize {
+        life.allowed.len().min(life.users)
+    }
+
+    /// Switch-back threshold, clamped to ≥ 1 (kernel fix e2e2aaec3d3d).
+    fn thrs(&self, opt: usize) -> usize {
+        (opt - opt / 4).min(self.cores / 2).max(1)
+    }
+
+    /// Recomputes `max_cids` and decides whether the mode must flip (kernel `mm_update_max_cids`).
+    fn update_limits(&self, life: &mut Life) -> Flip {
+        let opt = self.opt(life);
+        let max = (opt + opt / 4).min(self.cores);
+        self.hot.max_cids.store(max as u32, Ordering::Relaxed);
+        if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
+            if life.users > max {
+                life.thrs = self.thrs(opt);
+                return Flip::ToPerCpu;
+            }
+        } else if life.users < life.thrs {
+            life.thrs = 0;
+            return Flip::ToPerTask;
+        }
+        Flip::None
+    }
+
+    fn apply(&self, life: &mut Life, flip: Flip) {
+        match flip {
+            Flip::None => {}
+            Flip::ToPerCpu => self.switch_to_per_cpu(life),
+            Flip::ToPerTask => self.switch_to_per_task(life),
+        }
+    }
+
+    /// Task → CPU switch (design.md §5): flip, fence, take idle registrations' CIDs, complete.
+    fn switch_to_per_cpu(&self, life: &mut Life) {
+        life.counters.bump(Ev::SwitchToCpu);
+        self.hot.mode.store(TO_PER_CPU, Ordering::Release); // F1
+        if !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
+            self.heavy_barrier(); // F2: pairs with E2 and X2
+        }
+        for rec in life.regs.iter().flatten() {
+            life.counters.bump(Ev::FixupVisit);
+            // Acquire: pairs with X1 (running = 0, Release): the guard's writes happen before we free its CID.
+            if rec.running.load(Ordering::Acquire) != 0 && !self.mutant(MUTANT_FIXUP_IGNORES_RUNNING) {
+                continue; // running: it resolves its CID at exit (D-exit)
+            }
+            let w = rec.cid.load(Ordering::Acquire);
+            if w == UNSET && !self.mutant(MUTANT_FIXUP_TAKES_UNSET) {
+                continue; // kernel de3ab9bd3133: never treat UNSET as a CID
+            }
+            if rec.cid.compare_exchange(w, UNSET, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                self.bitmap.clear(w);
+                life.counters.bump(Ev::FixupTake);
+                life.counters.bump(Ev::BitmapClear);
+            }
+        }
+        self.hot.mode.store(PER_CPU, self.completion_order()); // F4
+    }
+
+    /// CPU → task switch: flip, fence, take idle cores' CIDs, complete.
+    fn switch_to_per_task(&self, life: &mut Life) {
+        life.counters.bump(Ev::SwitchToTask);
+        self.hot.mode.store(TO_PER_TASK, Ordering::Release); // F1
+        if !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
+            self.heavy_barrier(); // F2: pairs with X2 of borrowers
+        }
+        self.sweep_slots(life);
+        self.hot.mode.store(PER_TASK, self.completion_order()); // F4
+    }
+
+    /// Takes the CID of every core slot that owns one nobody is using (busy ones resolve at their exit, D-core).
+    fn sweep_slots(&self, life: &mut Life) {
+        for slot in self.slots.iter() {
+            life.counters.bump(Ev::FixupVisit);
+            let s = slot.load(Ordering::Acquire);
+            let take = if self.mutant(MUTANT_FIXUP_IGNORES_BUSY) {
+                s & ONCPU != 0 // kernel 1e83ccd5921a undone: assumes what it finds may be dropped
+            } else {
+                slot::idle_cid(s).is_some()
+            };
+            // AcqRel: takes the CID together with the last borrower's writes (pairs with its X1 Release store).
+            if take && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                self.bitmap.clear(s & VALUE);
+                life.counters.bump(Ev::FixupTake);
+                life.counters.bump(Ev::BitmapClear);
+            }
+        }
+    }
+
+    /// Called by `Registration::drop` (≈ exit).
+    pub(crate) fn unregister(&self, rec: &RegRec, index: usize) {
+        let mut life = self.life.lock();
+        life.regs[index] = None;
+        life.free.push(index);
+        // A leaked guard (mem::forget) may have left `running` set; the registration is gone either way.
+        rec.running.store(0, Ordering::Release);
+        let w = rec.cid.swap(UNSET, Ordering::AcqRel);
+        if w != UNSET {
+            self.bitmap.clear(w);
+            life.counters.bump(Ev::BitmapClear);
+        }
+        life.counters.absorb(&rec.counters);
+        life.users -= 1;
+        self.users.store(life.users, Ordering::Relaxed);
+        let flip = self.update_limits(&mut life);
+        self.apply(&mut life, flip);
+        if life.users == 0 {
+            // Nobody is left to use a core's CID: nothing stays marked (I5).
+            self.sweep_slots(&mut life);
+        }
+    }
+}
+
+/// Mutant identifiers, usable in both builds (the check is constant-false outside loom).
+#[cfg(loom)]
+pub(crate) type MutantId = Mutant;
+#[cfg(not(loom))]
+pub(crate) type MutantId = u8;
+
+macro_rules! mutant_ids {
+    ($($name:ident = $variant:ident = $n:expr;)*) => {$(
+        #[cfg(loom)]
+        pub(crate) const $name: MutantId = Mutant::$variant;
+        #[cfg(not(loom))]
+        pub(crate) const $name: MutantId = $n;
+    )*};
+}
+
+mutant_ids! {
+    MUTANT_NO_ENTER_BARRIER = NoEnterBarrier = 1;
+    MUTANT_NO_EXIT_BARRIER = NoExitBarrier = 2;
+    MUTANT_NO_FIXUP_BARRIER = NoFixupBarrier = 3;
+    MUTANT_RELAXED_COMPLETION = RelaxedCompletion = 5;
+    MUTANT_FIXUP_IGNORES_RUNNING = FixupIgnoresRunning = 6;
+    MUTANT_FIXUP_IGNORES_BUSY = FixupIgnoresBusy = 7;
+    MUTANT_FIXUP_TAKES_UNSET = FixupTakesUnset = 8;
+    MUTANT_NO_ADOPT_RECHECK = NoAdoptRecheck = 9;
+}

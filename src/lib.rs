@@ -1,0 +1,67 @@
+//! # mmcid — compact, exclusive concurrency IDs for thread groups
+//!
+//! A user-space counterpart of the Linux kernel's rseq `mm_cid`: every thread of a [`Group`] that holds a
+//! [`CidGuard`] carries a concurrency ID ([`Cid`]) that no other live guard of the group holds, kept below
+//! `min(cores the group may use, threads in the group)` in steady state, so per-CPU style sharded data
+//! ([`PerCid`], [`ShardedCounter`]) can be indexed by it, sized by real concurrency, and touched without atomic
+//! read-modify-writes.
+//!
+//! ```
+//! use mmcid::Group;
+//!
+//! let group = Group::new();
+//! let mut reg = group.register();          // ≈ fork
+//! {
+//!     let guard = reg.enter();             // ≈ schedule-in
+//!     assert!(guard.cid().get() < group.max_cids());
+//! }                                        // ≈ schedule-out
+//! drop(reg);                               // ≈ exit
+//! ```
+//!
+//! ## How it works
+//!
+//! CIDs come from an atomic bitmap. Ownership follows the kernel's latest design: while there are no more
+//! threads than the group's bound, each [`Registration`] owns a CID (per-task mode) and entering touches only the
+//! registration's own cache line with no read-modify-write; with more threads, each core owns a CID (per-CPU
+//! mode) and the thread entering on a core borrows it with one CAS on the core's own slot. A thread that finds
+//! its core's CID in use by a thread descheduled inside its guard takes a temporary CID: nobody ever waits.
+//!
+//! Mode switches happen only at [`Group::register`], registration drop and [`Group::set_cpus_allowed`], in two
+//! phases as in the kernel since 2026 (single mode word, a fence after the flip, a fixup walk over an explicit
+//! registration list, release of the final mode). The Dekker pairs between enter/exit and the fixup use
+//! `membarrier` on the rare side and compiler fences on the hot side where the kernel allows it.
+//!
+//! Every ordering is model-checked with loom (`loom-tests/`), each model with a mutant that loom rejects. The
+//! state machines, state tables and the table of every atomic access are in `docs/design.md`.
+//!
+//! ## Invariants
+//!
+//! I1 exclusivity, I2 range, I3 stability, I4 convergence, I5 accounting, I6 progress, I7 unwind safety, I8
+//! hand-over visibility, I9 typed errors: see `docs/design.md` and the tests named after them.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
+
+mod bitmap;
+mod cpuset;
+mod error;
+mod group;
+#[cfg(not(loom))]
+mod local;
+mod registration;
+mod state;
+mod stats;
+mod sync;
+mod sys;
+mod view;
+
+pub use cpuset::CpuSet;
+pub use error::Error;
+#[doc(hidden)]
+pub use group::Audit;
+pub use group::{Group, GroupBuilder};
+pub use registration::{Cid, CidGuard, CidKind, Registration};
+#[cfg(loom)]
+pub use state::Mutant;
+pub use state::Mode;
+pub use stats::Stats;

@@ -1,0 +1,528 @@
+//! `Registration` (≈ a task of the mm) and `CidGuard` (≈ running on a CPU): the enter and exit state machines of
+//! design.md §4. The two fast paths are `enter_raw` and `exit_raw`; everything else is `#[cold]`.
+
+use crate::group::*;
+use crate::state::*;
+use crate::stats::{Counters, Ev};
+use crate::sync::{Arc, AtomicU32, Ordering::*};
+use crate::{sys, Error, Group};
+use std::marker::PhantomData;
+
+/// A registration's shared record, on its own cache line(s): written by its owner on every enter and exit, and
+/// by fixups only with CAS (design.md §2.2).
+#[repr(align(128))]
+pub(crate) struct RegRec {
+    /// Registration word: `UNSET` or the CID this registration owns.
+    pub(crate) cid: AtomicU32,
+    /// 1 while the owner is between E1 and X1 on the task path; written only by the owner.
+    pub(crate) running: AtomicU32,
+    pub(crate) counters: Counters,
+}
+
+impl RegRec {
+    pub(crate) fn new() -> RegRec {
+        RegRec { cid: AtomicU32::new(UNSET), running: AtomicU32::new(0), counters: Counters::default() }
+    }
+}
+
+/// A concurrency ID: a small integer that no other live guard of the same group holds (I1).
+///
+/// A CID is observed again by another thread only after the guard holding it was dropped; whatever the previous
+/// holder wrote to memory indexed by the CID is visible to the next holder (I8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Cid(u32);
+
+impl Cid {
+    /// The CID as an index.
+    #[inline]
+    pub fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for Cid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What a guard holds, and how it must give it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// The registration's own CID (per-task ownership).
+    Task(u32),
+    /// Core `cpu`'s CID, borrowed (per-CPU ownership); the slot is BUSY until exit.
+    Core { cpu: usize, cid: u32 },
+    /// A temporary CID, dropped at exit (the core's CID was in use).
+    Temp(u32),
+}
+
+impl Held {
+    pub(crate) fn cid(self) -> u32 {
+        match self {
+            Held::Task(c) | Held::Temp(c) | Held::Core { cid: c, .. } => c,
+        }
+    }
+}
+
+/// Result of `enter_raw`: what is held and whether `running` was set.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entered {
+    pub(crate) held: Held,
+    pub(crate) running: bool,
+}
+
+/// How many times the per-CPU slow path retries a slot CAS before it takes a temporary CID instead (I6).
+const SLOT_TRIES: usize = 3;
+
+/// A thread's membership in a [`Group`] (≈ a task of the address space). Dropping it releases everything it
+/// owns (≈ exit), and may switch the group back to per-task mode before the drop returns.
+///
+/// `Send`: a registration may move to another thread between guards.
+///
+/// ```
+/// let group = mmcid::Group::new();
+/// let mut reg = group.register();
+/// let first = reg.enter().cid();
+/// let again = reg.enter().cid();
+/// assert_eq!(first, again); // I3: stable while membership is unchanged (per-task mode)
+/// ```
+pub struct Registration {
+    group: Group,
+    rec: Arc<RegRec>,
+    index: usize,
+    cpu: Option<usize>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration").field("cid", &self.cid()).field("cpu", &self.cpu).finish()
+    }
+}
+
+impl Registration {
+    pub(crate) fn new(group: Group, rec: Arc<RegRec>, index: usize) -> Registration {
+        Registration { group, rec, index, cpu: None }
+    }
+
+    /// Takes a CID for the life of the returned guard (≈ schedule-in). Never blocks and never waits for another
+    /// thread (I6).
+    #[inline]
+    pub fn enter(&mut self) -> CidGuard<'_> {
+        let entered = self.enter_raw();
+        CidGuard::new(GuardReg::Borrowed(self), entered)
+    }
+
+    /// The group this registration belongs to.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// The CID this registration owns between guards (per-task ownership), if any.
+    pub fn cid(&self) -> Option<Cid> {
+        let w = self.rec.cid.load(Acquire);
+        (w != UNSET).then_some(Cid(w))
+    }
+
+    /// Declares the core this registration's thread runs on (the runtime does this after pinning), so entering
+    /// needs no `sched_getcpu`; `None` asks the OS at each per-CPU enter. Any core below [`Group::cores`] is
+    /// accepted: a wrong declaration costs locality, never exclusivity.
+    pub fn set_cpu(&mut self, cpu: Option<usize>) -> Result<(), Error> {
+        let cores = self.group.inner.cores;
+        match cpu {
+            Some(c) if c >= cores => Err(Error::CpuOutOfRange { cpu: c, possible: cores }),
+            _ => {
+                self.cpu = cpu;
+                Ok(())
+            }
+        }
+    }
+
+    /// The core declared with [`Registration::set_cpu`].
+    pub fn cpu(&self) -> Option<usize> {
+        self.cpu
+    }
+
+    #[inline(always)]
+    fn cpu_index(&self) -> usize {
+        match self.cpu {
+            Some(c) => c,
+            None => sys::current_cpu() % self.group.inner.cores,
+        }
+    }
+
+    /// Enter (design.md §4.1). Fast paths: per-CPU, one CAS on the core's slot; per-task, no read-modify-write.
+    #[inline]
+    pub(crate) fn enter_raw(&mut self) -> Entered {
+        let g = &*self.group.inner;
+        if g.hot.mode.load(Acquire) == PER_CPU {
+            let cpu = self.cpu_index();
+            let slot = &g.slots[cpu];
+            // Relaxed: only a hint, validated by the CAS.
+            let s = slot.load(Relaxed);
+            if let Some(c) = slot::idle_cid(s) {
+                // Acquire: pairs with the previous borrower's X1 Release store (I8).
+                if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
+                    self.rec.counters.bump(Ev::CpuFast);
+                    return Entered { held: Held::Core { cpu, cid: c }, running: false };
+                }
+            }
+            return self.enter_slow(false);
+        }
+        // Relaxed: E1 of D-enter; ordered before E3 by the light barrier, and publishes nothing.
+        self.rec.running.store(1, Relaxed);
+        if !g.mutant(MUTANT_NO_ENTER_BARRIER) {
+            g.light_barrier(); // E2: pairs with F2 of a task → CPU switch
+        }
+        // Acquire: pairs with the Release completion store F4 (and F1), so the word below reflects every fixup
+        // this mode value is the result of.
+        let m = g.hot.mode.load(Acquire); // E3
+        let w = self.rec.cid.load(Acquire);
+        // UNSET is larger than any max_cids, so one compare checks "owns a CID" and "in range".
+        if m == PER_TASK && (w as usize) < g.max_cids() {
+            self.rec.counters.bump(Ev::TaskFast);
+            return Entered { held: Held::Task(w), running: true };
+        }
+        self.enter_slow(true)
+    }
+
+    #[cold]
+    fn enter_slow(&mut self, running: bool) -> Entered {
+        let g = &*self.group.inner;
+        if !running {
+            self.rec.running.store(1, Relaxed); // E1
+            if !g.mutant(MUTANT_NO_ENTER_BARRIER) {
+                g.light_barrier(); // E2
+            }
+        }
+        let m = g.hot.mode.load(Acquire); // E3
+        let held = if m & ONCPU == 0 { self.enter_task_owned() } else { self.enter_core_owned() };
+        Entered { held, running: true }
+    }
+
+    /// Per-task or CPU → task: the registration owns its CID (design.md §4.3). By D-enter no fixup takes our word
+    /// while we are here, but every change still goes through a CAS.
+    fn enter_task_owned(&mut self) -> Held {
+        let g = &*self.group.inner;
+        let c = &self.rec.counters;
+        let max = g.max_cids();
+        let w = self.rec.cid.load(Acquire);
+        if w != UNSET {
+            if (w as usize) < max {
+                return Held::Task(w);
+            }
+            let Some(n) = g.bitmap.try_get(max) else {
+                return Held::Task(w); // nothing free below max yet: keep it, converge at a later enter
+            };
+            c.bump(Ev::BitmapSet);
+            if self.rec.cid.compare_exchange(w, n, AcqRel, Acquire).is_ok() {
+                g.bitmap.clear(w);
+                c.bump(Ev::BitmapClear);
+                c.bump(Ev::Converge);
+                return Held::Task(n);
+            }
+            // The word changed under us: a fixup took `w`. Use `n` as our own CID instead.
+            return self.install(n);
+        }
+        let n = g.bitmap.get(max);
+        c.bump(Ev::BitmapSet);
+        c.bump(Ev::Alloc);
+        self.install(n)
+    }
+
+    /// Installs freshly allocated `n` into an UNSET word; only the owner ever stores a CID into its word.
+    fn install(&mut self, n: u32) -> Held {
+        match self.rec.cid.compare_exchange(UNSET, n, AcqRel, Acquire) {
+            Ok(_) => Held::Task(n),
+            Err(_) => Held::Temp(n), // unreachable by design.md §2.2; stay exclusive anyway
+        }
+    }
+
+    /// Per-CPU or task → CPU: the core owns the CID and we borrow it (design.md §4.3).
+    fn enter_core_owned(&mut self) -> Held {
+        let g = &*self.group.inner;
+        let c = &self.rec.counters;
+        let max = g.max_cids();
+        // Give up the registration's own CID first: each registration holds at most one CID (§2.4).
+        let mut spare = None;
+        let w = self.rec.cid.load(Acquire);
+        if w != UNSET && self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_ok() {
+            spare = Some(w);
+        }
+        let cpu = self.cpu_index();
+        let slot = &g.slots[cpu];
+        for _ in 0..SLOT_TRIES {
+            let s = slot.load(Acquire);
+            if let Some(owned) = slot::idle_cid(s) {
+                // Acquire: pairs with the previous borrower's X1 (I8).
+                if slot.compare_exchange(s, s | BUSY, Acquire, Acquire).is_ok() {
+                    if let Some(x) = spare.take() {
+                        g.bitmap.clear(x); // the core already owns one: ours is surplus
+                        c.bump(Ev::BitmapClear);
+                    }
+                    return Held::Core { cpu, cid: self.converge_core(cpu, owned, max) };
+                }
+            } else if s == EMPTY {
+                let n = spare.take().unwrap_or_else(|| {
+                    c.bump(Ev::BitmapSet);
+                    c.bump(Ev::Alloc);
+                    g.bitmap.get(max)
+                });
+                // AcqRel: the donated CID's history travels with it to later borrowers.
+                if slot.compare_exchange(EMPTY, slot::busy(n), AcqRel, Acquire).is_ok() {
+                    return Held::Core { cpu, cid: self.converge_core(cpu, n, max) };
+                }
+                spare = Some(n);
+            } else {
+                break; // BUSY: a thread descheduled inside its guard holds the core's CID; never wait for it
+            }
+        }
+        c.bump(Ev::Temporary);
+        Held::Temp(spare.unwrap_or_else(|| {
+            c.bump(Ev::BitmapSet);
+            c.bump(Ev::Alloc);
+            g.bitmap.get(max)
+        }))
+    }
+
+    /// We hold core `cpu`'s slot BUSY with CID `cid`: move it under `max` if it is not (I4, design.md §4.5).
+    /// Nobody else writes a BUSY slot, so plain stores suffice here.
+    fn converge_core(&self, cpu: usize, cid: u32, max: usize) -> u32 {
+        if (cid as usize) < max {
+            return cid;
+        }
+        let g = &*self.group.inner;
+        let c = &self.rec.counters;
+        let slot = &g.slots[cpu];
+        if let Some(n) = g.bitmap.try_get(max) {
+            slot.store(slot::busy(n), Relaxed);
+            g.bitmap.clear(cid);
+            c.bump(Ev::BitmapSet);
+            c.bump(Ev::BitmapClear);
+            c.bump(Ev::Converge);
+            return n;
+        }
+        // Every low CID is owned: reclaim one parked on a core nobody is using (stronger than the kernel).
+        for (i, other) in g.slots.iter().enumerate() {
+            if i == cpu {
+                continue;
+            }
+            let s = other.load(Relaxed);
+            if let Some(low) = slot::idle_cid(s).filter(|&l| (l as usize) < max) {
+                // AcqRel: takes the CID with its last borrower's writes.
+                if other.compare_exchange(s, EMPTY, AcqRel, Relaxed).is_ok() {
+                    slot.store(slot::busy(low), Relaxed);
+                    g.bitmap.clear(cid);
+                    c.bump(Ev::BitmapClear);
+                    c.bump(Ev::Steal);
+                    c.bump(Ev::Converge);
+                    return low;
+                }
+            }
+        }
+        cid
+    }
+
+    /// Exit (design.md §4.2).
+    #[inline]
+    pub(crate) fn exit_raw(&mut self, entered: Entered) {
+        let g = &*self.group.inner;
+        match entered.held {
+            Held::Task(w) => {
+                // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
+                self.rec.running.store(0, Release);
+                if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
+                    g.light_barrier(); // X2: pairs with F2
+                }
+                let m = g.hot.mode.load(Acquire); // X3
+                if m != PER_TASK {
+                    self.exit_slow_task(w, m);
+                }
+            }
+            Held::Core { cpu, cid } => {
+                if entered.running {
+                    self.rec.running.store(0, Release);
+                }
+                // Release: X1 of D-core; hands the core's CID, with our writes, to the next borrower (I8).
+                g.slots[cpu].store(slot::owned(cid), Release);
+                if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
+                    g.light_barrier(); // X2: pairs with F2
+                }
+                let m = g.hot.mode.load(Acquire); // X3
+                if m & ONCPU == 0 {
+                    self.exit_slow_core(cpu, cid, m);
+                }
+            }
+            Held::Temp(c) => {
+                g.bitmap.clear(c);
+                self.rec.counters.bump(Ev::BitmapClear);
+                if entered.running {
+                    self.rec.running.store(0, Release);
+                }
+            }
+        }
+    }
+
+    /// A task → CPU switch ran while we were inside: the CID leaves the registration, adopted by our core if the
+    /// switch has completed and the core owns none (kernel V2 4/4), else dropped (design.md §4.4).
+    #[cold]
+    fn exit_slow_task(&mut self, w: u32, m: u32) {
+        if m & ONCPU == 0 {
+            return; // CPU → task running: task ownership is the target, keep it
+        }
+        let g = &*self.group.inner;
+        let c = &self.rec.counters;
+        if self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_err() {
+            return; // the fixup saw us idle and took it
+        }
+        if m == PER_CPU && (w as usize) < g.max_cids() {
+            let slot = &g.slots[self.cpu_index()];
+            if slot.compare_exchange(EMPTY, slot::owned(w), AcqRel, Acquire).is_ok() {
+                if self.adopted_for(ONCPU) {
+                    c.bump(Ev::Adopt);
+                    return;
+                }
+                // A CPU → task switch may have swept past this slot before our store: take it back.
+                if slot.compare_exchange(slot::owned(w), EMPTY, AcqRel, Acquire).is_err() {
+                    return; // someone else took it: theirs now
+                }
+            }
+        }
+        g.bitmap.clear(w);
+        c.bump(Ev::BitmapClear);
+        c.bump(Ev::TransitDrop);
+    }
+
+    /// A CPU → task switch ran while we were inside: the core gives up the CID, adopted by this registration if
+    /// the switch has completed and we own none, else dropped (design.md §4.4).
+    #[cold]
+    fn exit_slow_core(&mut self, cpu: usize, cid: u32, m: u32) {
+        let g = &*self.group.inner;
+        let c = &self.rec.counters;
+        if g.slots[cpu].compare_exchange(slot::owned(cid), EMPTY, AcqRel, Acquire).is_err() {
+            return; // a fixup or another borrower moved it on
+        }
+        if m == PER_TASK
+            && (cid as usize) < g.max_cids()
+            && self.rec.cid.compare_exchange(UNSET, cid, AcqRel, Acquire).is_ok()
+        {
+            if self.adopted_for(0) {
+                c.bump(Ev::Adopt);
+                return;
+            }
+            // A task → CPU switch may have walked past our word before our store: take it back.
+            if self.rec.cid.compare_exchange(cid, UNSET, AcqRel, Acquire).is_err() {
+                return; // the fixup took it
+            }
+        }
+        g.bitmap.clear(cid);
+        c.bump(Ev::BitmapClear);
+        c.bump(Ev::TransitDrop);
+    }
+
+    /// After placing an adopted CID: light barrier, then is the ownership still `want` (ONCPU or 0)? This is the
+    /// same Dekker pair as X1..X3 (our placement is the store, a new switch's F1..F3 the other side).
+    fn adopted_for(&self, want: u32) -> bool {
+        let g = &*self.group.inner;
+        if g.mutant(MUTANT_NO_ADOPT_RECHECK) {
+            return true;
+        }
+        g.light_barrier();
+        g.hot.mode.load(Acquire) & ONCPU == want
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.group.inner.unregister(&self.rec, self.index);
+    }
+}
+
+/// Whose registration a guard uses.
+pub(crate) enum GuardReg<'a> {
+    /// `Registration::enter`.
+    Borrowed(&'a mut Registration),
+    /// `Group::enter`: the guard owns a registration taken from the thread's pool and gives it back on drop.
+    #[cfg_attr(loom, allow(dead_code))]
+    Local(Option<Registration>),
+}
+
+/// Proof that the holder owns a CID exclusively (≈ running on a CPU). Dropping it gives the CID back
+/// (≈ schedule-out): to the registration (per-task), to the core (per-CPU), or to the pool (temporary).
+///
+/// `!Send`: the CID belongs to the thread that entered.
+#[must_use = "dropping the guard releases the CID"]
+#[clippy::has_significant_drop]
+pub struct CidGuard<'a> {
+    reg: GuardReg<'a>,
+    entered: Entered,
+    prev_view: u32,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl std::fmt::Debug for CidGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CidGuard").field("cid", &self.cid()).field("held", &self.entered.held).finish()
+    }
+}
+
+impl<'a> CidGuard<'a> {
+    #[inline]
+    pub(crate) fn new(reg: GuardReg<'a>, entered: Entered) -> CidGuard<'a> {
+        let prev_view = crate::view::enter(entered.held.cid());
+        CidGuard { reg, entered, prev_view, _not_send: PhantomData }
+    }
+
+    /// The CID this guard holds.
+    #[inline]
+    pub fn cid(&self) -> Cid {
+        Cid(self.entered.held.cid())
+    }
+
+    /// Whether the CID is borrowed from a core (per-CPU ownership), owned by the registration (per-task), or
+    /// temporary.
+    pub fn kind(&self) -> CidKind {
+        match self.entered.held {
+            Held::Task(_) => CidKind::Task,
+            Held::Core { cpu, .. } => CidKind::Core(cpu),
+            Held::Temp(_) => CidKind::Temporary,
+        }
+    }
+
+    /// The id of the guard's group.
+    #[inline]
+    pub(crate) fn group_id(&self) -> u64 {
+        match &self.reg {
+            GuardReg::Borrowed(r) => r.group.id(),
+            GuardReg::Local(r) => r.as_ref().map_or(0, |r| r.group.id()),
+        }
+    }
+}
+
+/// Where a guard's CID comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CidKind {
+    /// Owned by the registration (per-task ownership).
+    Task,
+    /// Borrowed from this core (per-CPU ownership).
+    Core(usize),
+    /// Temporary: the core's CID was in use, or a switch was running.
+    Temporary,
+}
+
+impl Drop for CidGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        crate::view::exit(self.prev_view);
+        match &mut self.reg {
+            GuardReg::Borrowed(r) => r.exit_raw(self.entered),
+            GuardReg::Local(r) => {
+                if let Some(mut reg) = r.take() {
+                    reg.exit_raw(self.entered);
+                    #[cfg(not(loom))]
+                    crate::local::release(reg);
+                }
+            }
+        }
+    }
+}

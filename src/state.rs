@@ -1,0 +1,115 @@
+//! Packed words and their named predicates (state tables in docs/design.md §2).
+
+/// Mode word bit: CIDs are owned by cores (per-CPU ownership).
+pub(crate) const ONCPU: u32 = 1 << 30;
+/// Mode word bit: a mode switch is running.
+pub(crate) const TRANSIT: u32 = 1 << 29;
+
+/// Mode word: per-task ownership (steady).
+pub(crate) const PER_TASK: u32 = 0;
+/// Mode word: task → CPU switch running.
+pub(crate) const TO_PER_CPU: u32 = ONCPU | TRANSIT;
+/// Mode word: per-CPU ownership (steady).
+pub(crate) const PER_CPU: u32 = ONCPU;
+/// Mode word: CPU → task switch running.
+pub(crate) const TO_PER_TASK: u32 = TRANSIT;
+
+/// Registration word: the registration owns no CID. Larger than any `max_cids`, so one compare tests both.
+pub(crate) const UNSET: u32 = 1 << 31;
+
+/// Slot word: the core owns no CID.
+pub(crate) const EMPTY: u32 = 0;
+/// Slot word bit: the core's CID is borrowed by a thread inside a guard.
+pub(crate) const BUSY: u32 = 1 << 29;
+/// Slot and CID value mask.
+pub(crate) const VALUE: u32 = (1 << 29) - 1;
+
+/// Slot word predicates.
+pub(crate) mod slot {
+    use super::*;
+
+    /// The core owns a CID that nobody is using: `ONCPU | c`.
+    pub(crate) fn idle_cid(word: u32) -> Option<u32> {
+        (word & (ONCPU | BUSY) == ONCPU).then_some(word & VALUE)
+    }
+
+    /// `ONCPU | c`
+    pub(crate) fn owned(cid: u32) -> u32 {
+        ONCPU | cid
+    }
+
+    /// `ONCPU | BUSY | c`
+    pub(crate) fn busy(cid: u32) -> u32 {
+        ONCPU | BUSY | cid
+    }
+}
+
+/// Who owns CIDs, and whether a switch is running. Read with [`Group::mode`](crate::Group::mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Each registration owns its CID; entering touches only the registration's own cache line.
+    PerTask,
+    /// Each core owns a CID; the thread entering on a core borrows it.
+    PerCpu,
+    /// A switch from per-task to per-CPU ownership is running.
+    ToPerCpu,
+    /// A switch from per-CPU to per-task ownership is running.
+    ToPerTask,
+}
+
+impl Mode {
+    pub(crate) fn from_word(word: u32) -> Mode {
+        match word {
+            PER_TASK => Mode::PerTask,
+            PER_CPU => Mode::PerCpu,
+            TO_PER_CPU => Mode::ToPerCpu,
+            _ => Mode::ToPerTask,
+        }
+    }
+}
+
+/// Loom-only knobs that remove one step or weaken one ordering of the real code, so each loom model has a mutant
+/// twin that loom must reject (docs/loom.md). Not part of the API; absent from normal builds.
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mutant {
+    /// The real code.
+    #[default]
+    None,
+    /// No light barrier between `running = 1` and the mode load in enter (D-enter).
+    NoEnterBarrier,
+    /// No light barrier between the release store and the mode load in exit (D-exit, D-core).
+    NoExitBarrier,
+    /// No heavy barrier after the mode flip (dossier O2).
+    NoFixupBarrier,
+    /// Relaxed bitmap set/clear (I8).
+    RelaxedBitmap,
+    /// Relaxed store of the final mode (dossier O3).
+    RelaxedCompletion,
+    /// The task → CPU fixup takes running registrations' CIDs too ("no TRANSIT on running owners").
+    FixupIgnoresRunning,
+    /// The CPU → task fixup takes busy slots' CIDs too (kernel 1e83ccd5921a undone: assumes the state).
+    FixupIgnoresBusy,
+    /// The task → CPU fixup treats an UNSET word as a CID (kernel de3ab9bd3133 undone).
+    FixupTakesUnset,
+    /// Adoption at exit without re-checking the mode afterwards.
+    NoAdoptRecheck,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_distinct_and_consistent() {
+        let modes = [PER_TASK, PER_CPU, TO_PER_CPU, TO_PER_TASK];
+        let decoded: Vec<Mode> = modes.iter().map(|&m| Mode::from_word(m)).collect();
+        assert_eq!(decoded, vec![Mode::PerTask, Mode::PerCpu, Mode::ToPerCpu, Mode::ToPerTask]);
+        assert_eq!(slot::idle_cid(slot::owned(5)), Some(5));
+        assert_eq!(slot::idle_cid(slot::busy(5)), None);
+        assert_eq!(slot::idle_cid(EMPTY), None);
+        assert!(UNSET > VALUE && UNSET & VALUE == 0);
+        assert_eq!(slot::busy(VALUE) & VALUE, VALUE);
+    }
+}

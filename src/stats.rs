@@ -1,0 +1,151 @@
+//! Observability: path counters, cheap enough to stay on.
+//!
+//! Hot-path events are counted in the entering registration's own record (its cache line is written on enter
+//! anyway) with a load and a store, never a read-modify-write: only the owner writes them. Lifecycle events are
+//! counted under the lifecycle lock. `Group::stats` sums the live records and the totals of dropped ones.
+
+/// Counted events.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ev {
+    TaskFast,
+    CpuFast,
+    Converge,
+    Temporary,
+    Alloc,
+    Steal,
+    Adopt,
+    TransitDrop,
+    BitmapSet,
+    BitmapClear,
+    SwitchToCpu,
+    SwitchToTask,
+    FixupVisit,
+    FixupTake,
+}
+
+const EVENTS: usize = Ev::FixupTake as usize + 1;
+
+/// A snapshot of a group's counters, from [`Group::stats`](crate::Group::stats).
+///
+/// Counts are totals since the group was built. `cids_in_use` is a racy count of set bits unless the group is
+/// quiescent.
+///
+/// ```
+/// let group = mmcid::Group::new();
+/// let mut reg = group.register();
+/// drop(reg.enter());
+/// drop(reg.enter());
+/// let stats = group.stats();
+/// assert_eq!(stats.enter_task_fast, 2);
+/// assert_eq!(stats.cids_in_use, 1);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Enters that took the per-task fast path (no read-modify-write).
+    pub enter_task_fast: u64,
+    /// Enters that took the per-CPU fast path (borrowed the core's CID with one CAS).
+    pub enter_cpu_fast: u64,
+    /// Enters that moved a CID back under `max_cids` (I4).
+    pub enter_converge: u64,
+    /// Enters that took a temporary CID because the core's CID was in use.
+    pub enter_temporary: u64,
+    /// Enters that allocated a CID from the bitmap.
+    pub enter_alloc: u64,
+    /// CIDs taken from another core's idle slot to converge (per-CPU reclaim).
+    pub steals: u64,
+    /// CIDs adopted at exit after a switch completed (instead of two bitmap operations).
+    pub exit_adopt: u64,
+    /// Transitional CIDs dropped at exit.
+    pub exit_transit_drop: u64,
+    /// Bits set in the CID bitmap.
+    pub bitmap_sets: u64,
+    /// Bits cleared in the CID bitmap.
+    pub bitmap_clears: u64,
+    /// Switches from per-task to per-CPU ownership.
+    pub switches_to_per_cpu: u64,
+    /// Switches from per-CPU to per-task ownership.
+    pub switches_to_per_task: u64,
+    /// Owners (registrations or slots) visited by fixup walks.
+    pub fixup_visits: u64,
+    /// CIDs taken away by fixup walks.
+    pub fixup_takes: u64,
+    /// CIDs marked in use now.
+    pub cids_in_use: u64,
+}
+
+#[cfg(not(loom))]
+mod imp {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// One writer at a time (the owner, or the lifecycle lock holder); readers anywhere.
+    #[derive(Default)]
+    pub(crate) struct Counters([AtomicU64; EVENTS]);
+
+    impl Counters {
+        /// Single-writer increment: a load and a store, no read-modify-write.
+        #[inline(always)]
+        pub(crate) fn bump(&self, ev: Ev) {
+            let c = &self.0[ev as usize];
+            c.store(c.load(Relaxed) + 1, Relaxed);
+        }
+
+        pub(crate) fn add_to(&self, out: &mut [u64; EVENTS]) {
+            for (o, c) in out.iter_mut().zip(&self.0) {
+                *o += c.load(Relaxed);
+            }
+        }
+
+        /// Folds `other` into `self` (lifecycle lock held).
+        pub(crate) fn absorb(&self, other: &Counters) {
+            for (c, o) in self.0.iter().zip(&other.0) {
+                c.store(c.load(Relaxed) + o.load(Relaxed), Relaxed);
+            }
+        }
+    }
+}
+
+/// Under loom the counters compile to nothing, so they add no interleavings to the models.
+#[cfg(loom)]
+mod imp {
+    use super::*;
+
+    #[derive(Default)]
+    pub(crate) struct Counters;
+
+    impl Counters {
+        #[inline(always)]
+        pub(crate) fn bump(&self, _ev: Ev) {}
+        pub(crate) fn add_to(&self, _out: &mut [u64; EVENTS]) {}
+        pub(crate) fn absorb(&self, _other: &Counters) {}
+    }
+}
+
+pub(crate) use imp::Counters;
+
+impl Stats {
+    pub(crate) fn from_totals(t: &[u64; EVENTS], cids_in_use: usize) -> Stats {
+        Stats {
+            enter_task_fast: t[Ev::TaskFast as usize],
+            enter_cpu_fast: t[Ev::CpuFast as usize],
+            enter_converge: t[Ev::Converge as usize],
+            enter_temporary: t[Ev::Temporary as usize],
+            enter_alloc: t[Ev::Alloc as usize],
+            steals: t[Ev::Steal as usize],
+            exit_adopt: t[Ev::Adopt as usize],
+            exit_transit_drop: t[Ev::TransitDrop as usize],
+            bitmap_sets: t[Ev::BitmapSet as usize],
+            bitmap_clears: t[Ev::BitmapClear as usize],
+            switches_to_per_cpu: t[Ev::SwitchToCpu as usize],
+            switches_to_per_task: t[Ev::SwitchToTask as usize],
+            fixup_visits: t[Ev::FixupVisit as usize],
+            fixup_takes: t[Ev::FixupTake as usize],
+            cids_in_use: cids_in_use as u64,
+        }
+    }
+
+    pub(crate) fn totals() -> [u64; EVENTS] {
+        [0; EVENTS]
+    }
+}

@@ -1,0 +1,43 @@
+//! The model facade: the only module that names std, parking_lot or loom primitives.
+//!
+//! Under `--cfg loom` every atomic, fence, `Arc`, `Mutex` and spin hint used by the allocator comes from loom, so
+//! the loom models in `loom-tests/` check the library's real code, not a copy (STYLE.md §2.1).
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::hint::spin_loop;
+    pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::Arc;
+
+    /// Loom has no compiler fence; a full fence is stronger, which is what the model of the light barrier needs
+    /// anyway (docs/loom.md, "asymmetric fences").
+    pub(crate) fn compiler_fence(order: Ordering) {
+        fence(order)
+    }
+
+    /// A mutex with parking_lot's infallible `lock()`.
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+}
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use parking_lot::Mutex;
+    pub(crate) use std::hint::spin_loop;
+    pub(crate) use std::sync::atomic::{
+        compiler_fence, fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
+    pub(crate) use std::sync::Arc;
+}
+
+pub(crate) use imp::*;
