@@ -239,7 +239,11 @@ impl Group {
         let mut life = inner.life.lock();
         if life.allowed.union_with(cpus) {
             if inner.hot.mode.load(Ordering::Relaxed) & ONCPU != 0 {
-                life.thrs = inner.thrs(inner.opt(&life));
+                // The kernel recomputes the threshold from opt = min(allowed, users) ≤ users, so `users < thrs`
+                // can never hold there and widening never switches back. We take it from the allowed cores:
+                // switch back once users are below ~3/4 of the cores now allowed (capped at cores/2, as the
+                // kernel caps it). design.md §3.
+                life.thrs = inner.thrs(life.allowed.len());
             }
             let flip = inner.update_limits(&mut life);
             inner.apply(&mut life, flip);
@@ -604,4 +608,82 @@ mutant_ids! {
     MUTANT_FIXUP_IGNORES_BUSY = FixupIgnoresBusy = 7;
     MUTANT_FIXUP_TAKES_UNSET = FixupTakesUnset = 8;
     MUTANT_NO_ADOPT_RECHECK = NoAdoptRecheck = 9;
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::Mode;
+
+    fn sim(cores: usize, allowed: usize) -> Group {
+        Group::builder().virtual_cpus(cores).cpus_virtual(0..allowed).build().unwrap()
+    }
+
+    /// The worked examples of the dossier §2, row by row.
+    #[test]
+    fn limits_follow_the_kernel_table() {
+        // N=4, 4 allowed: users 1..4 -> max 1,2,3,4 per-task; 5 -> per-CPU with thrs 2.
+        let g = sim(4, 4);
+        let mut regs = Vec::new();
+        for (users, max) in [(1, 1), (2, 2), (3, 3), (4, 4)] {
+            regs.push(g.register());
+            assert_eq!((g.users(), g.max_cids(), g.mode()), (users, max, Mode::PerTask));
+        }
+        regs.push(g.register());
+        assert_eq!((g.max_cids(), g.mode()), (4, Mode::PerCpu));
+        assert_eq!(g.inner.life.lock().thrs, 2);
+        regs.truncate(2);
+        assert_eq!(g.mode(), Mode::PerCpu, "users 2 is not < thrs 2");
+        regs.truncate(1);
+        assert_eq!((g.max_cids(), g.mode()), (1, Mode::PerTask), "users 1 < thrs 2: back");
+
+        // N=256, 8 allowed: 10 users still per-task (allowance), 11 -> per-CPU with thrs 6.
+        let g = sim(256, 8);
+        let mut regs: Vec<_> = (0..10).map(|_| g.register()).collect();
+        assert_eq!((g.max_cids(), g.mode()), (10, Mode::PerTask));
+        regs.push(g.register());
+        assert_eq!((g.max_cids(), g.mode()), (10, Mode::PerCpu));
+        assert_eq!(g.inner.life.lock().thrs, 6);
+        drop(regs);
+        assert_eq!((g.users(), g.max_cids(), g.mode()), (0, 0, Mode::PerTask));
+    }
+
+    /// Kernel e2e2aaec3d3d: with one core the threshold must be 1, not 0 (0 means "per-CPU off").
+    #[test]
+    fn limits_one_core() {
+        let g = sim(1, 1);
+        let a = g.register();
+        let b = g.register();
+        assert_eq!((g.max_cids(), g.mode()), (1, Mode::PerCpu));
+        assert_eq!(g.inner.life.lock().thrs, 1);
+        drop(b);
+        assert_eq!(g.mode(), Mode::PerCpu, "never switches back while a user exists");
+        drop(a);
+        assert_eq!(g.mode(), Mode::PerTask);
+        assert_eq!(g.audit().bits, 0);
+    }
+
+    #[test]
+    fn affinity_widening_switches_back() {
+        // 2 of 8 virtual cores allowed: 3 users > max 2 -> per-CPU, thrs = max(min(2, 4), 1) = 2.
+        let g = sim(8, 2);
+        let regs: Vec<_> = (0..3).map(|_| g.register()).collect();
+        assert_eq!((g.max_cids(), g.mode()), (2, Mode::PerCpu));
+        // 4 allowed: max 3, thrs = min(4 - 1, 4) = 3; 3 users are not below it.
+        g.set_cpus_allowed(&CpuSet::virtual_set(2..4).unwrap()).unwrap();
+        assert_eq!((g.cpus().len(), g.max_cids(), g.mode()), (4, 3, Mode::PerCpu));
+        // Narrowing is ignored (grows only).
+        g.set_cpus_allowed(&CpuSet::virtual_set([0]).unwrap()).unwrap();
+        assert_eq!(g.cpus().len(), 4);
+        // 8 allowed: thrs = min(8 - 2, 4) = 4 > 3 users: back to per-task before the call returns.
+        g.set_cpus_allowed(&CpuSet::virtual_set(0..8).unwrap()).unwrap();
+        assert_eq!((g.max_cids(), g.mode()), (3, Mode::PerTask));
+        assert_eq!(g.stats().switches_to_per_task, 1);
+        assert!(matches!(
+            g.set_cpus_allowed(&CpuSet::virtual_set([8]).unwrap()),
+            Err(Error::CpuOutOfRange { cpu: 8, possible: 8 })
+        ));
+        drop(regs);
+        assert!(g.audit().is_consistent() && g.audit().bits == 0);
+    }
 }

@@ -1,0 +1,66 @@
+//! Independent checkers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+/// A per-CID occupancy counter that must never exceed 1 (I1), independent of the library.
+pub struct Occupancy {
+    slots: Vec<AtomicUsize>,
+    pub max_seen: AtomicUsize,
+}
+
+impl Occupancy {
+    pub fn new(n: usize) -> Occupancy {
+        Occupancy { slots: (0..n).map(|_| AtomicUsize::new(0)).collect(), max_seen: AtomicUsize::new(0) }
+    }
+
+    pub fn enter(&self, cid: usize) {
+        assert!(cid < self.slots.len(), "CID {cid} beyond the checker's range");
+        let before = self.slots[cid].fetch_add(1, SeqCst);
+        assert_eq!(before, 0, "I1 violated: CID {cid} held by two live guards");
+        self.max_seen.fetch_max(cid, SeqCst);
+    }
+
+    pub fn exit(&self, cid: usize) {
+        let before = self.slots[cid].fetch_sub(1, SeqCst);
+        assert_eq!(before, 1, "CID {cid} left twice");
+    }
+
+    pub fn held(&self) -> usize {
+        self.slots.iter().map(|s| s.load(SeqCst)).sum()
+    }
+}
+
+/// Plain (non-atomic) per-CID payload: a holder increments its CID's cell with a plain read and write. If two
+/// holders overlapped (I1) or a holder missed its predecessor's write (I8), increments get lost and the final sum
+/// falls short of the number of guards.
+pub struct Payload {
+    cells: Vec<UnsafeCell<u64>>,
+}
+
+// SAFETY: cells are only touched by the holder of the CID's guard; that exclusivity is exactly what the tests check
+// (the occupancy checker panics before a second holder could touch a cell concurrently).
+unsafe impl Sync for Payload {}
+
+impl Payload {
+    pub fn new(n: usize) -> Payload {
+        Payload { cells: (0..n).map(|_| UnsafeCell::new(0)).collect() }
+    }
+
+    /// Must be called only while holding a guard with this CID (and after `Occupancy::enter` succeeded).
+    pub fn bump(&self, cid: usize) {
+        // SAFETY: the caller holds the CID exclusively (checked by Occupancy); the library orders hand-over (I8).
+        unsafe {
+            let p = self.cells[cid].get();
+            let v = std::ptr::read_volatile(p);
+            std::thread::yield_now();
+            std::ptr::write_volatile(p, v + 1);
+        }
+    }
+
+    pub fn sum(&self) -> u64 {
+        // SAFETY: called after all threads joined.
+        self.cells.iter().map(|c| unsafe { *c.get() }).sum()
+    }
+}

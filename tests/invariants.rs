@@ -1,0 +1,524 @@
+//! Invariants I1–I9 with real threads, each checked by an independent checker (tests/common). Each test is
+//! bounded by iteration counts (the whole file runs in a few seconds on 2 cores).
+
+mod common;
+
+use common::{Occupancy, Payload};
+use mmcid::{CidKind, CpuSet, Error, Group, Mode};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+fn sim(cores: usize) -> Group {
+    Group::builder().virtual_cpus(cores).build().unwrap()
+}
+
+fn assert_quiescent_empty(g: &Group) {
+    let audit = g.audit();
+    assert!(audit.is_consistent(), "I5: {audit:?}");
+    assert_eq!(audit.bits, 0, "I5: CIDs left marked after the last registration: {audit:?}");
+    assert_eq!(g.users(), 0);
+    assert_eq!(g.mode(), Mode::PerTask);
+}
+
+/// I1 + I8 under churn that crosses the per-task/per-CPU boundary both ways: workers enter and leave (some yield
+/// or sleep inside their guards, several share a core), while churners register and drop registrations.
+fn churn(group: Group, virtual_cores: Option<usize>, workers: usize, rounds: usize) {
+    let cores = virtual_cores.unwrap_or(group.cores());
+    let occ = Arc::new(Occupancy::new(4096));
+    let payload = Arc::new(Payload::new(4096));
+    let guards = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let modes_seen = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let (group, occ, payload, guards, modes_seen) =
+            (group.clone(), occ.clone(), payload.clone(), guards.clone(), modes_seen.clone());
+        handles.push(thread::spawn(move || {
+            for round in 0..rounds {
+                let mut reg = group.register();
+                if virtual_cores.is_some() {
+                    reg.set_cpu(Some((w + round) % cores)).unwrap();
+                }
+                for i in 0..20 {
+                    let guard = reg.enter();
+                    let cid = guard.cid().get();
+                    occ.enter(cid);
+                    // I2 hard bound: below users + cores (users never exceed workers + churners here).
+                    assert!(cid < 64 + cores, "I2 hard bound: CID {cid}");
+                    payload.bump(cid);
+                    modes_seen.fetch_or(1 << (group.mode() as usize), SeqCst);
+                    if i % 7 == 0 {
+                        thread::sleep(Duration::from_micros(200)); // descheduled inside the guard
+                    }
+                    occ.exit(cid);
+                    drop(guard);
+                    guards.fetch_add(1, SeqCst);
+                }
+            }
+        }));
+    }
+    let churner = {
+        let (group, stop) = (group.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(SeqCst) {
+                let extra: Vec<_> = (0..(n % 6)).map(|_| group.register()).collect();
+                thread::yield_now();
+                drop(extra);
+                n += 1;
+            }
+            n
+        })
+    };
+    for h in handles {
+        h.join().unwrap();
+    }
+    stop.store(true, SeqCst);
+    churner.join().unwrap();
+    assert_eq!(occ.held(), 0);
+    assert_eq!(payload.sum(), guards.load(SeqCst), "I8/I1: a plain per-CID increment was lost");
+    let stats = group.stats();
+    assert!(stats.switches_to_per_cpu >= 1 && stats.switches_to_per_task >= 1, "did not cross both ways: {stats:?}");
+    assert_quiescent_empty(&group);
+}
+
+#[test]
+fn i1_i8_churn_crossing_modes_virtual_cores() {
+    // 4 virtual cores: 5+ users -> per-CPU, back below thrs 2; 6 workers on 4 cores share cores.
+    churn(sim(4), Some(4), 6, 40);
+}
+
+#[test]
+fn i1_i8_churn_crossing_modes_real_cores() {
+    // The machine's own cores and sched_getcpu; more workers than cores forces per-CPU mode.
+    churn(Group::new(), None, 5, 20);
+}
+
+#[test]
+fn i1_i8_churn_membarrier_fallback() {
+    let group = Group::builder().virtual_cpus(4).asymmetric_fences(false).build().unwrap();
+    assert!(!group.uses_membarrier());
+    churn(group, Some(4), 6, 20);
+}
+
+/// I2 soft bound: with membership unchanged and every thread having entered once since the last change, every CID
+/// handed out is below max_cids, in both modes.
+#[test]
+fn i2_steady_state_range_both_modes() {
+    for threads in [3, 9] {
+        let group = sim(8);
+        let barrier = Arc::new(Barrier::new(threads));
+        let max_seen = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (group, barrier, max_seen) = (group.clone(), barrier.clone(), max_seen.clone());
+                thread::spawn(move || {
+                    let mut reg = group.register();
+                    reg.set_cpu(Some(t % 8)).unwrap();
+                    barrier.wait(); // membership complete
+                    drop(reg.enter());
+                    barrier.wait(); // everyone entered once since the last change
+                    for _ in 0..50 {
+                        let g = reg.enter();
+                        if g.kind() != CidKind::Temporary {
+                            max_seen.fetch_max(g.cid().get(), SeqCst);
+                        }
+                    }
+                    barrier.wait();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let expected_mode = if threads == 3 { Mode::PerTask } else { Mode::PerCpu };
+        assert_eq!(group.mode(), Mode::PerTask, "all gone");
+        let max = if threads == 3 { 3 } else { 8 };
+        assert!(max_seen.load(SeqCst) < max, "{expected_mode:?}: CID {} >= max_cids {max}", max_seen.load(SeqCst));
+    }
+}
+
+/// I3: per-task mode keeps a registration's CID across guards; per-CPU mode gives threads alternating on one core
+/// that core's CID.
+#[test]
+fn i3_stability() {
+    let group = sim(4);
+    let mut a = group.register();
+    let mut b = group.register();
+    let ca = a.enter().cid();
+    let cb = b.enter().cid();
+    assert_ne!(ca, cb);
+    for _ in 0..10 {
+        assert_eq!(a.enter().cid(), ca);
+        assert_eq!(b.enter().cid(), cb);
+    }
+    // 5 users on 4 cores: per-CPU. Two registrations alternating on core 2 both see core 2's CID.
+    let rest: Vec<_> = (0..3).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    a.set_cpu(Some(2)).unwrap();
+    b.set_cpu(Some(2)).unwrap();
+    let core_cid = a.enter().cid();
+    for _ in 0..10 {
+        let g = b.enter();
+        assert_eq!((g.cid(), g.kind()), (core_cid, CidKind::Core(2)));
+        drop(g);
+        assert_eq!(a.enter().cid(), core_cid);
+    }
+    drop(rest);
+    drop((a, b));
+    assert_quiescent_empty(&group);
+}
+
+/// I4: shrink to one thread and its next guard has CID 0, in either mode (per-CPU: the CID parked on a core nobody
+/// uses is reclaimed).
+#[test]
+fn i4_convergence_both_modes() {
+    // Per-task: the survivor owns CID 3.
+    let group = sim(8);
+    let mut regs: Vec<_> = (0..4).map(|_| group.register()).collect();
+    let mut survivor = regs.pop().unwrap();
+    assert_eq!(survivor.enter().cid().get(), 3);
+    drop(regs);
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerTask, 1));
+    assert_eq!(survivor.enter().cid().get(), 0);
+    assert_eq!(group.stats().enter_converge, 1);
+    drop(survivor);
+    assert_quiescent_empty(&group);
+
+    // Per-CPU with 2 cores (thrs 1: stays per-CPU down to one user). Core 0 owns CID 0, core 1 owns CID 1.
+    let group = sim(2);
+    let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    regs[0].set_cpu(Some(0)).unwrap();
+    regs[1].set_cpu(Some(1)).unwrap();
+    assert_eq!(regs[0].enter().cid().get(), 0);
+    assert_eq!(regs[1].enter().cid().get(), 1);
+    let mut survivor = regs.remove(1);
+    drop(regs);
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 1));
+    let g = survivor.enter();
+    assert_eq!((g.cid().get(), g.kind()), (0, CidKind::Core(1)), "reclaimed core 0's idle CID");
+    drop(g);
+    assert_eq!(group.stats().steals, 1);
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 1, "{audit:?}");
+    drop(survivor);
+    assert_quiescent_empty(&group);
+}
+
+/// I5: at quiescence the bitmap count equals the owners: registrations in per-task mode, cores in per-CPU mode.
+#[test]
+fn i5_accounting_both_modes() {
+    let group = sim(4);
+    let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+    let audit = group.audit();
+    assert_eq!((audit.bits, audit.owners), (3, 3), "per-task: one CID per registration from birth");
+    regs.extend((0..3).map(|_| group.register()));
+    assert_eq!(group.mode(), Mode::PerCpu);
+    assert_eq!(group.audit().bits, 0, "the switch took every idle registration's CID");
+    for (i, r) in regs.iter_mut().enumerate() {
+        r.set_cpu(Some(i % 2)).unwrap();
+        drop(r.enter());
+    }
+    let audit = group.audit();
+    assert!(audit.is_consistent(), "{audit:?}");
+    assert_eq!(audit.bits, 2, "two cores used, two core-owned CIDs");
+    assert_eq!(group.stats().cids_in_use, 2);
+    drop(regs);
+    assert_quiescent_empty(&group);
+}
+
+/// I6: a thread descheduled inside its guard stalls nobody: another thread on the same core enters (temporary
+/// CID) and mode switches complete while the guard is held.
+#[test]
+fn i6_nobody_waits_for_a_guard_holder() {
+    // 9 users on 8 cores: per-CPU with thrs = max(min(8 - 2, 4), 1) = 4.
+    let group = sim(8);
+    let regs: Vec<_> = (0..9).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let (held_tx, held_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let mut regs = regs.into_iter();
+    let mut holder_reg = regs.next().unwrap();
+    let holder = thread::spawn(move || {
+        holder_reg.set_cpu(Some(0)).unwrap();
+        let g = holder_reg.enter();
+        held_tx.send(g.cid()).unwrap();
+        release_rx.recv().unwrap(); // blocked inside the guard
+        drop(g);
+    });
+    let held = held_rx.recv().unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let group2 = group.clone();
+    let mut other = regs.next().unwrap();
+    let rest: Vec<_> = regs.collect();
+    let worker = thread::spawn(move || {
+        other.set_cpu(Some(0)).unwrap();
+        let g = other.enter();
+        let (cid, kind) = (g.cid(), g.kind());
+        drop(g);
+        drop(rest); // 9 -> 2 users < 4: switch back to per-task while the holder is inside
+        let mode = group2.mode();
+        let more: Vec<_> = (0..8).map(|_| group2.register()).collect(); // and forth again
+        done_tx.send((cid, kind, mode, group2.mode())).unwrap();
+        drop(more);
+        drop(other);
+    });
+    // A deadlock detector, not a time budget.
+    let (cid, kind, mode_back, mode_forth) = done_rx.recv_timeout(Duration::from_secs(30)).expect("I6: blocked");
+    assert_ne!(cid, held);
+    assert_eq!(kind, CidKind::Temporary);
+    assert_eq!((mode_back, mode_forth), (Mode::PerTask, Mode::PerCpu));
+    worker.join().unwrap();
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert_quiescent_empty(&group);
+}
+
+/// I7: a panic inside a guard releases what it held; a thread that exits without dropping its thread-local
+/// registration releases it.
+#[test]
+fn i7_unwind_and_thread_exit_release() {
+    let group = sim(2);
+    let g2 = group.clone();
+    let result = thread::spawn(move || {
+        let mut reg = g2.register();
+        let _guard = reg.enter();
+        panic!("inside a guard");
+    })
+    .join();
+    assert!(result.is_err());
+    assert_quiescent_empty(&group);
+
+    let mut reg = group.register();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _guard = reg.enter();
+        panic!("caught");
+    }));
+    assert!(caught.is_err());
+    assert_eq!(reg.enter().cid().get(), 0, "usable again after the unwind");
+    drop(reg);
+    assert_quiescent_empty(&group);
+
+    let g3 = group.clone();
+    thread::spawn(move || {
+        let a = g3.enter();
+        let b = g3.enter(); // nested: a second pooled registration
+        assert_ne!(a.cid(), b.cid());
+        assert_eq!(g3.users(), 2);
+    })
+    .join()
+    .unwrap();
+    assert_quiescent_empty(&group);
+
+    let g4 = group.clone();
+    let r = thread::spawn(move || {
+        let _g = g4.enter();
+        panic!("thread-local guard");
+    })
+    .join();
+    assert!(r.is_err());
+    assert_quiescent_empty(&group);
+    assert_eq!(group.leave_thread(), 0);
+}
+
+/// I9: bad input gets a typed error naming the problem.
+#[test]
+fn i9_bad_input() {
+    assert_eq!(CpuSet::from_cpus([]), Err(Error::EmptyCpuSet));
+    assert_eq!(CpuSet::virtual_set([]), Err(Error::EmptyCpuSet));
+    let possible = Group::new().cores();
+    assert!(matches!(CpuSet::from_cpus([possible]), Err(Error::CpuOutOfRange { .. })));
+    assert_eq!(Group::builder().virtual_cpus(0).build().unwrap_err(), Error::ZeroThreads);
+    assert_eq!(
+        Group::builder().virtual_cpus(2).cpus_virtual([5]).build().unwrap_err(),
+        Error::CpuOutOfRange { cpu: 5, possible: 2 }
+    );
+    assert_eq!(Group::builder().virtual_cpus(2).cpus_virtual([]).build().unwrap_err(), Error::EmptyCpuSet);
+    let group = sim(2);
+    let mut reg = group.register();
+    assert_eq!(reg.set_cpu(Some(2)), Err(Error::CpuOutOfRange { cpu: 2, possible: 2 }));
+    assert_eq!(reg.cpu(), None, "a rejected core is not recorded");
+    assert!(group.set_cpus_allowed(&CpuSet::virtual_set([7]).unwrap()).is_err());
+    drop(reg);
+    assert_quiescent_empty(&group);
+}
+
+/// Kernel 4327fb13fa47 (BPF CI): 4 CPUs, a 5th thread created while the others run and migrate between cores.
+/// The switch must neither livelock nor exhaust the CID space.
+#[test]
+fn kernel_bpf_ci_fifth_thread_while_migrating() {
+    let group = sim(4);
+    let occ = Arc::new(Occupancy::new(64));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(Barrier::new(5));
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let (group, occ, stop, ready) = (group.clone(), occ.clone(), stop.clone(), ready.clone());
+            thread::spawn(move || {
+                let mut reg = group.register();
+                ready.wait();
+                let mut i = 0usize;
+                while !stop.load(SeqCst) || i < 200 {
+                    reg.set_cpu(Some((t + i) % 4)).unwrap(); // migrate every enter
+                    let g = reg.enter();
+                    occ.enter(g.cid().get());
+                    thread::yield_now();
+                    occ.exit(g.cid().get());
+                    drop(g);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    ready.wait();
+    for _ in 0..50 {
+        let fifth = group.register();
+        drop(fifth);
+    }
+    stop.store(true, SeqCst);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = group.stats();
+    assert!(s.switches_to_per_cpu >= 1, "{s:?}");
+    assert_quiescent_empty(&group);
+}
+
+/// Kernel 1e83ccd5921a: T1 is inside its guard when T0's registration switches to per-CPU; T2..T4 leave and the
+/// group switches back while T1 is still inside; then T1 exits and leaves. Deterministic, one thread.
+#[test]
+fn kernel_exit_after_transit_without_rescheduling() {
+    let group = sim(4);
+    let mut t1 = group.register();
+    let others: Vec<_> = (0..3).map(|_| group.register()).collect();
+    t1.set_cpu(Some(1)).unwrap();
+    let g1 = t1.enter();
+    let c1 = g1.cid();
+    let t0 = group.register(); // 5 users > 4: per-CPU; T1 is running: the fixup leaves its CID to it
+    assert_eq!(group.mode(), Mode::PerCpu);
+    drop(others); // 2 users... then 1 after t0 goes below
+    drop(t0);
+    assert_eq!(group.mode(), Mode::PerTask, "back while T1 is inside");
+    assert_eq!(g1.cid(), c1, "T1 kept its CID throughout");
+    drop(g1);
+    let audit = group.audit();
+    assert!(audit.is_consistent(), "{audit:?}");
+    drop(t1);
+    assert_quiescent_empty(&group);
+}
+
+/// Kernel de3ab9bd3133: a running registration whose word is UNSET (it borrows a core's CID in per-CPU mode) while
+/// the CPU → task switch runs; its core CID is resolved at exit (adopted), never treated as a CID of its own.
+#[test]
+fn kernel_unset_runner_during_cpu_to_task_switch() {
+    let group = sim(4);
+    let mut regs: Vec<_> = (0..5).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let mut runner = regs.pop().unwrap();
+    runner.set_cpu(Some(3)).unwrap();
+    assert_eq!(runner.cid(), None, "UNSET word in per-CPU mode");
+    let g = runner.enter();
+    assert_eq!(g.kind(), CidKind::Core(3));
+    let cid = g.cid();
+    drop(regs); // 1 user < thrs 2: CPU -> task switch; the busy slot is left to its borrower
+    assert_eq!(group.mode(), Mode::PerTask);
+    drop(g);
+    // Adopted if in range (max_cids is 1 now, so only CID 0 qualifies); dropped otherwise.
+    let s = group.stats();
+    if cid.get() == 0 {
+        assert_eq!((runner.cid(), s.exit_adopt), (Some(cid), 1));
+    } else {
+        assert_eq!((runner.cid(), s.exit_transit_drop), (None, 1));
+    }
+    assert_eq!(runner.enter().cid().get(), 0);
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 1, "{audit:?}");
+    drop(runner);
+    assert_quiescent_empty(&group);
+}
+
+/// Kernel b2e48c429ec5 / 192d852129b1: registrations racing each other across the switch are all seen by the
+/// fixup walk (an invisible new registration would keep a CID the walk never takes).
+#[test]
+fn kernel_concurrent_registrations_during_switch() {
+    for _ in 0..20 {
+        let group = sim(4);
+        let barrier = Arc::new(Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (group, barrier) = (group.clone(), barrier.clone());
+                thread::spawn(move || {
+                    barrier.wait();
+                    group.register()
+                })
+            })
+            .collect();
+        let regs: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(group.mode(), Mode::PerCpu);
+        let audit = group.audit();
+        assert!(audit.is_consistent(), "{audit:?}");
+        assert_eq!(audit.bits, 0, "no registration kept a task-owned CID after the switch: {audit:?}");
+        drop(regs);
+        assert_quiescent_empty(&group);
+    }
+}
+
+/// Adoption (kernel V2 4/4): a registration inside its guard across a completed task → CPU switch gives its CID
+/// to its core at exit instead of two bitmap operations.
+#[test]
+fn transitional_cid_adopted_by_core_after_switch() {
+    let group = sim(4);
+    let mut runner = group.register();
+    runner.set_cpu(Some(2)).unwrap();
+    let g = runner.enter();
+    assert_eq!(g.kind(), CidKind::Task);
+    let cid = g.cid();
+    let more: Vec<_> = (0..4).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    drop(g);
+    assert_eq!(group.stats().exit_adopt, 1);
+    assert_eq!(runner.cid(), None);
+    let g = runner.enter();
+    assert_eq!((g.cid(), g.kind()), (cid, CidKind::Core(2)), "the core owns the adopted CID");
+    drop(g);
+    drop(more);
+    drop(runner);
+    assert_quiescent_empty(&group);
+}
+
+/// I1 on the per-CPU fast path: many threads entering on one core race for its slot; only the CAS keeps two of
+/// them from borrowing the same CID.
+#[test]
+fn i1_same_core_contention_per_cpu() {
+    let group = sim(2);
+    let occ = Arc::new(Occupancy::new(64));
+    let payload = Arc::new(Payload::new(64));
+    let regs: Vec<_> = (0..4).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let handles: Vec<_> = regs
+        .into_iter()
+        .map(|mut reg| {
+            let (occ, payload) = (occ.clone(), payload.clone());
+            thread::spawn(move || {
+                reg.set_cpu(Some(0)).unwrap();
+                for _ in 0..3000 {
+                    let g = reg.enter();
+                    let cid = g.cid().get();
+                    occ.enter(cid);
+                    payload.bump(cid);
+                    occ.exit(cid);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(payload.sum(), 4 * 3000);
+    let s = group.stats();
+    assert!(s.enter_cpu_fast > 0 && s.enter_temporary > 0, "both paths exercised: {s:?}");
+    assert_quiescent_empty(&group);
+}
