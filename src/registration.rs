@@ -147,7 +147,15 @@ impl Registration {
     fn cpu_index(&self) -> usize {
         match self.cpu {
             Some(c) => c,
-            None => sys::current_cpu() % self.group.inner.cores,
+            None => {
+                let (cpu, cores) = (sys::current_cpu(), self.group.inner.cores);
+                // No division on the common path: only virtual groups can see a CPU beyond their cores.
+                if cpu < cores {
+                    cpu
+                } else {
+                    cpu % cores
+                }
+            }
         }
     }
 
