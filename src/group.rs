@@ -351,7 +351,7 @@ impl GroupBuilder {
     /// Builds the group, validating the CPU set (I9).
     pub fn build(self) -> Result<Group, Error> {
         match self.virtual_cpus {
-            Some(0) => return Err(Error::ZeroThreads),
+            Some(0) => Err(Error::ZeroThreads),
             Some(n) => {
                 let cpus = self.cpus.clone().unwrap_or_else(|| CpuSet::raw(0..n));
                 if cpus.is_empty() {

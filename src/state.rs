@@ -24,6 +24,9 @@ pub(crate) const BUSY: u32 = 1 << 29;
 /// Slot and CID value mask.
 pub(crate) const VALUE: u32 = (1 << 29) - 1;
 
+// The flag bits never overlap a CID value, and UNSET compares above any CID.
+const _: () = assert!(UNSET > VALUE && UNSET & VALUE == 0 && BUSY & VALUE == 0 && ONCPU & VALUE == 0);
+
 /// Slot word predicates.
 pub(crate) mod slot {
     use super::*;
@@ -109,7 +112,6 @@ mod tests {
         assert_eq!(slot::idle_cid(slot::owned(5)), Some(5));
         assert_eq!(slot::idle_cid(slot::busy(5)), None);
         assert_eq!(slot::idle_cid(EMPTY), None);
-        assert!(UNSET > VALUE && UNSET & VALUE == 0);
         assert_eq!(slot::busy(VALUE) & VALUE, VALUE);
     }
 }
