@@ -1,0 +1,92 @@
+//! N enter+exit pairs on one thread, for instruction counting (`scripts/callgrind.sh`).
+//!
+//! ```text
+//! cargo run --release --example enter_exit_loop -- <mode> <iterations>
+//! mode: per-task | per-task-fallback | per-cpu | group-enter
+//! ```
+//!
+//! `per-task` uses the default group (membarrier on the rare side, compiler fences on the hot side, where the
+//! kernel allows it), `per-task-fallback` forces full fences (`asymmetric_fences(false)`), `per-cpu` registers
+//! idle registrations so that `users > max_cids`, pins the thread and declares its core with `set_cpu`, and
+//! `group-enter` uses the thread-local convenience `Group::enter`. Running the loop at two `iterations` and
+//! dividing the difference in instructions by the difference in `iterations` gives instructions per pair, free of
+//! set-up costs.
+
+use mmcid::{CpuSet, Group, Mode, Registration};
+use std::hint::black_box;
+
+fn usage() -> ! {
+    eprintln!("usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|group-enter> <iterations>");
+    std::process::exit(2);
+}
+
+/// The measured loop: kept out of line so it is easy to find in a profile.
+#[inline(never)]
+fn pairs(reg: &mut Registration, n: u64) -> u64 {
+    let mut acc = 0u64;
+    for _ in 0..n {
+        let guard = reg.enter();
+        acc = acc.wrapping_add(guard.cid().get() as u64);
+    }
+    acc
+}
+
+#[inline(never)]
+fn pairs_local(group: &Group, n: u64) -> u64 {
+    let mut acc = 0u64;
+    for _ in 0..n {
+        let guard = group.enter();
+        acc = acc.wrapping_add(guard.cid().get() as u64);
+    }
+    acc
+}
+
+fn main() -> Result<(), mmcid::Error> {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| usage());
+    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage());
+
+    let (group, acc, idle) = match mode.as_str() {
+        "per-task" | "per-task-fallback" => {
+            let group = Group::builder().asymmetric_fences(mode == "per-task").build()?;
+            let mut reg = group.register();
+            let acc = pairs(&mut reg, black_box(n));
+            (group, acc, vec![reg])
+        }
+        "per-cpu" => {
+            let cpus = CpuSet::current()?;
+            let cpu = cpus.iter().next().ok_or(mmcid::Error::EmptyCpuSet)?;
+            if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+                eprintln!("note: could not pin to CPU {cpu}");
+            }
+            let group = Group::builder().cpus(cpus).build()?;
+            let mut idle: Vec<Registration> = (0..group.cores() + 1).map(|_| group.register()).collect();
+            assert_eq!(group.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
+            let mut reg = group.register();
+            reg.set_cpu(Some(cpu))?;
+            let acc = pairs(&mut reg, black_box(n));
+            idle.push(reg);
+            (group, acc, idle)
+        }
+        "group-enter" => {
+            let group = Group::new();
+            let acc = pairs_local(&group, black_box(n));
+            (group, acc, Vec::new())
+        }
+        _ => usage(),
+    };
+    let s = group.stats();
+    println!(
+        "mode={mode} iterations={n} group_mode={:?} membarrier={} task_fast={} cpu_fast={} temporary={} alloc={} \
+         acc={acc}",
+        group.mode(),
+        group.uses_membarrier(),
+        s.enter_task_fast,
+        s.enter_cpu_fast,
+        s.enter_temporary,
+        s.enter_alloc,
+    );
+    drop(idle);
+    group.leave_thread();
+    Ok(())
+}
