@@ -49,6 +49,8 @@ mod group;
 #[cfg(not(loom))]
 mod local;
 mod registration;
+#[cfg(not(loom))]
+mod runtime;
 mod state;
 mod stats;
 mod sync;
@@ -61,6 +63,8 @@ pub use error::Error;
 pub use group::Audit;
 pub use group::{Group, GroupBuilder};
 pub use registration::{Cid, CidGuard, CidKind, Registration};
+#[cfg(not(loom))]
+pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};
 #[cfg(loom)]
 pub use state::Mutant;
 pub use state::Mode;

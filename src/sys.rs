@@ -19,6 +19,20 @@ mod imp {
         }
     }
 
+    /// The CPU the calling thread runs on now, or the OS error number when `sched_getcpu` fails (unlike
+    /// [`current_cpu`], which maps failure to 0). Used where the answer must be trusted: pin verification and the
+    /// runtime's thread view.
+    #[inline]
+    pub(crate) fn try_current_cpu() -> Result<usize, i32> {
+        // SAFETY: sched_getcpu has no preconditions; it returns -1 and sets errno on error.
+        let cpu = unsafe { libc::sched_getcpu() };
+        if cpu < 0 {
+            Err(errno())
+        } else {
+            Ok(cpu as usize)
+        }
+    }
+
     /// Number of possible CPUs (the kernel's `num_possible_cpus()`, our `cores`).
     pub(crate) fn possible_cpus() -> usize {
         static POSSIBLE: OnceLock<usize> = OnceLock::new();
