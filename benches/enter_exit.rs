@@ -6,7 +6,8 @@
 //!
 //! | line | one operation |
 //! |---|---|
-//! | `private_store` | volatile store to the thread's own cache-padded word: the physical limit |
+//! | `private_store` | increment of the thread's own cache-padded word with a plain (volatile, non-RMW) load and
+//! |   | store: the physical limit |
 //! | `private_fetch_add` | `fetch_add` on the thread's own padded atomic (one uncontended RMW) |
 //! | `shared_fetch_add` | `fetch_add` on one `AtomicU64` shared by every thread |
 //! | `getcpu_fetch_add` | `sched_getcpu()`-indexed padded atomic `fetch_add` |
@@ -24,13 +25,10 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{allowed_cpus, bench_line, thread_counts, Line, Padded, Pool, Rseq, Summary, Work};
+use common::{allowed_cpus, bench_line, thread_counts, Line, Pool, Rseq, Summary, Work};
 use criterion::{criterion_group, criterion_main, Criterion};
-use crossbeam_utils::CachePadded;
 use mmcid::{CpuSet, Group, Mode};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
 
 /// Mode, fast-path share and fence kind of a group after a line ran (the pool is still alive).
 fn group_note(group: &Group, pool: &Pool) -> String {
@@ -76,7 +74,11 @@ fn enter_exit(c: &mut Criterion) {
     println!(
         "enter_exit: {cores} allowed CPUs {cpus:?}, group.cores() = {}, membarrier {}",
         probe.cores(),
-        if probe.uses_membarrier() { "available (compiler fences on the hot side)" } else { "unavailable" }
+        if probe.uses_membarrier() {
+            "available (compiler fences on the hot side)"
+        } else {
+            "unavailable"
+        }
     );
     drop(probe);
 
@@ -84,99 +86,7 @@ fn enter_exit(c: &mut Criterion) {
     for t in thread_counts(cores, &[], &[1, 2]) {
         let pin = Some(cpus.clone());
 
-        // The physical limit: a plain store to a private padded word.
-        bench_line(
-            &mut g,
-            &summary,
-            Line { name: "private_store", threads: t },
-            || {
-                Pool::new(t, pin.clone(), |_, _| {
-                    let mut word = Box::new(CachePadded::new(0u64));
-                    Box::new(move |n| {
-                        let p: *mut u64 = &mut **word;
-                        for i in 0..n {
-                            // SAFETY: `p` points to this worker's own boxed word, alive for the closure's life.
-                            unsafe { std::ptr::write_volatile(p, i) };
-                        }
-                    })
-                })
-            },
-            |_| String::new(),
-        );
-
-        bench_line(
-            &mut g,
-            &summary,
-            Line { name: "private_fetch_add", threads: t },
-            || {
-                Pool::new(t, pin.clone(), |_, _| {
-                    let word = Box::new(CachePadded::new(AtomicU64::new(0)));
-                    Box::new(move |n| {
-                        for _ in 0..n {
-                            word.fetch_add(1, Relaxed);
-                        }
-                    })
-                })
-            },
-            |_| String::new(),
-        );
-
-        bench_line(
-            &mut g,
-            &summary,
-            Line { name: "shared_fetch_add", threads: t },
-            || {
-                let shared = Arc::new(CachePadded::new(AtomicU64::new(0)));
-                Pool::new(t, pin.clone(), move |_, _| {
-                    let shared = shared.clone();
-                    Box::new(move |n| {
-                        for _ in 0..n {
-                            shared.fetch_add(1, Relaxed);
-                        }
-                    })
-                })
-            },
-            |_| String::new(),
-        );
-
-        bench_line(
-            &mut g,
-            &summary,
-            Line { name: "getcpu_fetch_add", threads: t },
-            || {
-                let slots = Arc::new(Padded::new(common::possible_cpus()));
-                Pool::new(t, pin.clone(), move |_, _| {
-                    let slots = slots.clone();
-                    Box::new(move |n| {
-                        for _ in 0..n {
-                            slots.at(common::getcpu()).fetch_add(1, Relaxed);
-                        }
-                    })
-                })
-            },
-            |_| String::new(),
-        );
-
-        match rseq.as_ref() {
-            Ok(&rseq) => bench_line(
-                &mut g,
-                &summary,
-                Line { name: "rseq_mm_cid_fetch_add", threads: t },
-                || {
-                    let slots = Arc::new(Padded::new(common::possible_cpus()));
-                    Pool::new(t, pin.clone(), move |_, _| {
-                        let slots = slots.clone();
-                        Box::new(move |n| {
-                            for _ in 0..n {
-                                slots.at(rseq.mm_cid()).fetch_add(1, Relaxed);
-                            }
-                        })
-                    })
-                },
-                |_| String::new(),
-            ),
-            Err(_) => summary.skip("rseq_mm_cid_fetch_add", t, "kernel mm_cid not readable through glibc here"),
-        }
+        common::bench_baselines(&mut g, &summary, t, &pin, &rseq, true);
 
         // Per-task mode: users = t ≤ cores keeps the group per-task.
         for (name, asym) in [("per_task", true), ("per_task_fallback", false)] {
@@ -184,13 +94,20 @@ fn enter_exit(c: &mut Criterion) {
                 summary.skip(name, t, "per-task mode needs users ≤ max_cids ≤ cores");
                 continue;
             }
-            let group = Group::builder().asymmetric_fences(asym).build().expect("group on the allowed CPUs");
+            let group = Group::builder()
+                .asymmetric_fences(asym)
+                .build()
+                .expect("group on the allowed CPUs");
             let for_pool = group.clone();
             bench_line(
                 &mut g,
                 &summary,
                 Line { name, threads: t },
-                || Pool::new(t, pin.clone(), move |_, cpu| registration_worker(&for_pool, cpu, false)),
+                || {
+                    Pool::new(t, pin.clone(), move |_, cpu| {
+                        registration_worker(&for_pool, cpu, false)
+                    })
+                },
                 |pool| group_note(&group, pool),
             );
         }
@@ -201,7 +118,10 @@ fn enter_exit(c: &mut Criterion) {
         bench_line(
             &mut g,
             &summary,
-            Line { name: "group_enter", threads: t },
+            Line {
+                name: "group_enter",
+                threads: t,
+            },
             || {
                 Pool::new(t, pin.clone(), move |_, _| {
                     let group = for_pool.clone();
@@ -217,17 +137,32 @@ fn enter_exit(c: &mut Criterion) {
         );
 
         // Per-CPU mode: idle registrations push users above max_cids; workers are pinned and declare their core.
-        let group = Group::builder().cpus(CpuSet::current().expect("affinity mask")).build().expect("group");
+        let group = Group::builder()
+            .cpus(CpuSet::current().expect("affinity mask"))
+            .build()
+            .expect("group");
         let for_pool = group.clone();
         bench_line(
             &mut g,
             &summary,
-            Line { name: "per_cpu", threads: t },
+            Line {
+                name: "per_cpu",
+                threads: t,
+            },
             || {
-                let idle: Vec<_> = (0..group.cores() + 1).map(|_| for_pool.register()).collect();
-                assert_eq!(for_pool.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
+                let idle: Vec<_> = (0..group.cores() + 1)
+                    .map(|_| for_pool.register())
+                    .collect();
+                assert_eq!(
+                    for_pool.mode(),
+                    Mode::PerCpu,
+                    "idle registrations must force per-CPU mode"
+                );
                 let workers = for_pool.clone();
-                Pool::new(t, pin.clone(), move |_, cpu| registration_worker(&workers, cpu, true)).keep(idle)
+                Pool::new(t, pin.clone(), move |_, cpu| {
+                    registration_worker(&workers, cpu, true)
+                })
+                .keep(idle)
             },
             |pool| group_note(&group, pool),
         );

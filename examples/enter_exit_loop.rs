@@ -16,7 +16,9 @@ use mmcid::{CpuSet, Group, Mode, Registration};
 use std::hint::black_box;
 
 fn usage() -> ! {
-    eprintln!("usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|group-enter> <iterations>");
+    eprintln!(
+        "usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|group-enter> <iterations>"
+    );
     std::process::exit(2);
 }
 
@@ -44,11 +46,16 @@ fn pairs_local(group: &Group, n: u64) -> u64 {
 fn main() -> Result<(), mmcid::Error> {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| usage());
-    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage());
+    let n: u64 = args
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| usage());
 
     let (group, acc, idle) = match mode.as_str() {
         "per-task" | "per-task-fallback" => {
-            let group = Group::builder().asymmetric_fences(mode == "per-task").build()?;
+            let group = Group::builder()
+                .asymmetric_fences(mode == "per-task")
+                .build()?;
             let mut reg = group.register();
             let acc = pairs(&mut reg, black_box(n));
             (group, acc, vec![reg])
@@ -60,8 +67,13 @@ fn main() -> Result<(), mmcid::Error> {
                 eprintln!("note: could not pin to CPU {cpu}");
             }
             let group = Group::builder().cpus(cpus).build()?;
-            let mut idle: Vec<Registration> = (0..group.cores() + 1).map(|_| group.register()).collect();
-            assert_eq!(group.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
+            let mut idle: Vec<Registration> =
+                (0..group.cores() + 1).map(|_| group.register()).collect();
+            assert_eq!(
+                group.mode(),
+                Mode::PerCpu,
+                "idle registrations must force per-CPU mode"
+            );
             let mut reg = group.register();
             reg.set_cpu(Some(cpu))?;
             let acc = pairs(&mut reg, black_box(n));

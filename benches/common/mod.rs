@@ -10,6 +10,7 @@
 //! Each bench uses a subset of these helpers.
 #![allow(dead_code)]
 
+use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Throughput};
 use crossbeam_utils::CachePadded;
 use std::collections::BTreeMap;
@@ -84,7 +85,13 @@ impl Pool {
             })
             .collect();
         shared.done.wait();
-        Pool { shared, handles, threads, total_ops: 0, keep: None }
+        Pool {
+            shared,
+            handles,
+            threads,
+            total_ops: 0,
+            keep: None,
+        }
     }
 
     /// Keeps `state` alive until the workers have exited.
@@ -166,7 +173,7 @@ pub struct Line<'a> {
 /// `after` runs once at the end with the pool still alive (stats, conservation checks) and returns a note for
 /// the summary.
 pub fn bench_line<S, A>(
-    group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    group: &mut BenchmarkGroup<'_, WallTime>,
     summary: &Summary,
     line: Line<'_>,
     setup: S,
@@ -258,11 +265,20 @@ impl Summary {
             t
         };
         for t in threads {
-            let base = order.iter().position(|n| n == baseline).and_then(|i| rows.get(&(t, i))).and_then(median);
+            let base = order
+                .iter()
+                .position(|n| n == baseline)
+                .and_then(|i| rows.get(&(t, i)))
+                .and_then(median);
             for (i, name) in order.iter().enumerate() {
-                let Some(row) = rows.get(&(t, i)) else { continue };
+                let Some(row) = rows.get(&(t, i)) else {
+                    continue;
+                };
                 let (ns, ratio) = match median(row) {
-                    Some(ns) => (format!("{ns:.2}"), base.map_or("–".into(), |b| format!("{:.2}", ns / b))),
+                    Some(ns) => (
+                        format!("{ns:.2}"),
+                        base.map_or("–".into(), |b| format!("{:.2}", ns / b)),
+                    ),
                     None => ("–".into(), "–".into()),
                 };
                 println!("| {t} | {name} | {ns} | {ratio} | {} |", row.note);
@@ -282,6 +298,154 @@ fn median(row: &Row) -> Option<f64> {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Baseline lines shared by both benches
+
+/// The lines every bench measures next to its own, at `t` threads (pinned per `pin`):
+///
+/// * `private_store`, the physical limit: increment the thread's own cache-padded word with a plain (volatile,
+///   non-RMW) load and store — what a counter shard or a per-CID slot costs at best;
+/// * `private_fetch_add` (if `private_rmw`): one uncontended atomic RMW on the thread's own padded word;
+/// * `shared_fetch_add`: one `AtomicU64` shared by every thread;
+/// * `getcpu_fetch_add`: `sched_getcpu()`-indexed padded atomics, one per possible CPU;
+/// * `rseq_mm_cid_fetch_add`: padded atomics indexed by the kernel's rseq `mm_cid` (skipped where unreadable).
+pub fn bench_baselines(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    summary: &Summary,
+    t: usize,
+    pin: &Option<Vec<usize>>,
+    rseq: &Result<Rseq, String>,
+    private_rmw: bool,
+) {
+    bench_line(
+        group,
+        summary,
+        Line {
+            name: "private_store",
+            threads: t,
+        },
+        || {
+            Pool::new(t, pin.clone(), |_, _| {
+                let mut word = Box::new(CachePadded::new(0u64));
+                Box::new(move |n| {
+                    let p: *mut u64 = &mut **word;
+                    for _ in 0..n {
+                        // SAFETY: `p` points to this worker's own boxed word, alive as long as the closure.
+                        unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p) + 1) };
+                    }
+                })
+            })
+        },
+        |_| "1 private word per thread".into(),
+    );
+
+    if private_rmw {
+        bench_line(
+            group,
+            summary,
+            Line {
+                name: "private_fetch_add",
+                threads: t,
+            },
+            || {
+                Pool::new(t, pin.clone(), |_, _| {
+                    let word = Box::new(CachePadded::new(AtomicU64::new(0)));
+                    Box::new(move |n| {
+                        for _ in 0..n {
+                            word.fetch_add(1, Relaxed);
+                        }
+                    })
+                })
+            },
+            |_| String::new(),
+        );
+    }
+
+    let shared = Arc::new(Padded::new(1));
+    bench_line(
+        group,
+        summary,
+        Line {
+            name: "shared_fetch_add",
+            threads: t,
+        },
+        || indexed_pool(t, pin, &shared, |_| 0),
+        |pool| check_sum(&shared, pool, "1 slot"),
+    );
+
+    let slots = Arc::new(Padded::new(possible_cpus()));
+    bench_line(
+        group,
+        summary,
+        Line {
+            name: "getcpu_fetch_add",
+            threads: t,
+        },
+        || indexed_pool(t, pin, &slots, |_| getcpu()),
+        |pool| {
+            check_sum(
+                &slots,
+                pool,
+                &format!(
+                    "{} slots (possible CPUs), {} touched",
+                    slots.len(),
+                    slots.touched()
+                ),
+            )
+        },
+    );
+
+    match rseq.as_ref() {
+        Ok(&rseq) => {
+            let slots = Arc::new(Padded::new(possible_cpus()));
+            bench_line(
+                group,
+                summary,
+                Line {
+                    name: "rseq_mm_cid_fetch_add",
+                    threads: t,
+                },
+                || indexed_pool(t, pin, &slots, move |_| rseq.mm_cid()),
+                |pool| {
+                    let note = format!(
+                        "{} slots (possible CPUs), {} touched",
+                        slots.len(),
+                        slots.touched()
+                    );
+                    check_sum(&slots, pool, &note)
+                },
+            );
+        }
+        Err(_) => summary.skip(
+            "rseq_mm_cid_fetch_add",
+            t,
+            "the kernel's mm_cid is not readable through glibc here",
+        ),
+    }
+}
+
+/// Workers doing `slots.at(index(worker)).fetch_add(1)`.
+fn indexed_pool<I>(t: usize, pin: &Option<Vec<usize>>, slots: &Arc<Padded>, index: I) -> Pool
+where
+    I: Fn(usize) -> usize + Copy + Send + Sync + 'static,
+{
+    let slots = slots.clone();
+    Pool::new(t, pin.clone(), move |i, _| {
+        let slots = slots.clone();
+        Box::new(move |n| {
+            for _ in 0..n {
+                slots.at(index(i)).fetch_add(1, Relaxed);
+            }
+        })
+    })
+}
+
+/// Conservation: every operation the pool ran is in the slots.
+fn check_sum(slots: &Padded, pool: &Pool, note: &str) -> String {
+    assert_eq!(slots.sum(), pool.total_ops, "lost or duplicated increments");
+    note.to_string()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // The peers' building blocks
 
 /// One cache-padded atomic per index.
@@ -291,12 +455,21 @@ pub struct Padded {
 
 impl Padded {
     pub fn new(n: usize) -> Padded {
-        Padded { slots: (0..n.max(1)).map(|_| CachePadded::new(AtomicU64::new(0))).collect() }
+        Padded {
+            slots: (0..n.max(1))
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        }
     }
 
+    /// Slot `i`; an out-of-range index (a CPU number beyond the array) wraps, off the fast path (no division
+    /// per operation, which would tax the baselines).
     #[inline(always)]
     pub fn at(&self, i: usize) -> &AtomicU64 {
-        &self.slots[i % self.slots.len()]
+        match self.slots.get(i) {
+            Some(slot) => slot,
+            None => &self.slots[i % self.slots.len()],
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -317,8 +490,16 @@ impl Padded {
 pub fn possible_cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/possible")
         .ok()
-        .and_then(|s| s.trim().rsplit(['-', ',']).next().and_then(|m| m.parse::<usize>().ok()))
-        .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |max| max + 1)
+        .and_then(|s| {
+            s.trim()
+                .rsplit(['-', ','])
+                .next()
+                .and_then(|m| m.parse::<usize>().ok())
+        })
+        .map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |max| max + 1,
+        )
 }
 
 /// The CPU the calling thread runs on (glibc reads it from the rseq area).
@@ -385,10 +566,15 @@ impl Rseq {
             let tp: *const u8;
             // SAFETY: on x86_64 Linux, fs:0 holds the TCB's self pointer, which is the thread pointer; reading it
             // has no side effects.
-            unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+            unsafe {
+                std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
+            };
             // SAFETY: `probe` checked that glibc registered an rseq area with mm_cid for every thread, at
             // tp + __rseq_offset; it lives as long as the thread. Volatile: the kernel rewrites it on preemption.
-            unsafe { std::ptr::read_volatile(tp.offset(self.offset).add(MM_CID_OFFSET) as *const u32) as usize }
+            unsafe {
+                std::ptr::read_volatile(tp.offset(self.offset).add(MM_CID_OFFSET) as *const u32)
+                    as usize
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
