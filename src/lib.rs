@@ -43,11 +43,14 @@
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
 
 mod bitmap;
+#[cfg(not(loom))]
+mod counter;
 mod cpuset;
 mod error;
 mod group;
 #[cfg(not(loom))]
 mod local;
+mod percid;
 mod registration;
 #[cfg(not(loom))]
 mod runtime;
@@ -57,11 +60,14 @@ mod sync;
 mod sys;
 mod view;
 
+#[cfg(not(loom))]
+pub use counter::ShardedCounter;
 pub use cpuset::CpuSet;
 pub use error::Error;
 #[doc(hidden)]
 pub use group::Audit;
 pub use group::{Group, GroupBuilder};
+pub use percid::{IterVisited, PerCid};
 pub use registration::{Cid, CidGuard, CidKind, Registration};
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};

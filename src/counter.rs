@@ -1,0 +1,208 @@
+//! `ShardedCounter`: a `u64` counter with one cache-padded shard per CID, updated without read-modify-writes.
+//!
+//! The shards are a crate-internal `SharedPerCid<AtomicU64>`: the guard holder of CID `c` is shard `c`'s only
+//! writer (I1) and sees every earlier writer's store (I8), so an update is a Relaxed load and a Relaxed store;
+//! `sum` only loads. The atomics are there so `sum` may read while holders write, not for the update itself.
+
+use crate::percid::{foreign, SharedPerCid};
+use crate::sync::{AtomicU64, Ordering::Relaxed};
+use crate::{CidGuard, Error, Group};
+use std::fmt;
+
+/// A counter of events from many threads: one cache-padded `u64` shard per CID of a [`Group`], so updates from
+/// different threads never touch the same cache line and never use an atomic read-modify-write.
+///
+/// Memory follows real concurrency: shards are allocated on first use of a CID, so in steady state there are at
+/// most [`Group::max_cids`] of them (I2) — at most the number of cores the group may use — where a thread-id
+/// keyed counter has one per thread that ever counted.
+///
+/// Arithmetic wraps (modulo 2^64): a [`sub`](ShardedCounter::sub) larger than the shard it lands on is fine, the
+/// total is still exact. What [`sum`](ShardedCounter::sum) promises while other threads count is documented
+/// there.
+///
+/// ```
+/// use mmcid::{Group, ShardedCounter};
+///
+/// let group = Group::new();
+/// let hits = ShardedCounter::new(&group);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             for _ in 0..1000 {
+///                 hits.add(1);
+///             }
+///         });
+///     }
+/// });
+/// assert_eq!(hits.sum(), 4000);
+/// assert!(hits.shards_allocated() <= 4);
+/// ```
+pub struct ShardedCounter {
+    group: Group,
+    shards: SharedPerCid<AtomicU64>,
+}
+
+impl fmt::Debug for ShardedCounter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardedCounter")
+            .field("sum", &self.sum())
+            .field("shards_allocated", &self.shards_allocated())
+            .finish()
+    }
+}
+
+impl ShardedCounter {
+    /// A counter at zero for the threads of `group`; allocates no shard yet. The counter keeps a handle on the
+    /// group (for [`add`](ShardedCounter::add)).
+    pub fn new(group: &Group) -> ShardedCounter {
+        ShardedCounter {
+            group: group.clone(),
+            shards: SharedPerCid::new(group),
+        }
+    }
+
+    /// The group whose CIDs index the shards.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// Adds `n` (wrapping) from the calling thread, entering the group through [`Group::enter`] (the thread is
+    /// registered on first use and unregistered at thread exit).
+    ///
+    /// Cost: an enter and exit of the group plus a load and a store on this CID's own shard. A thread that
+    /// already holds a guard of the group should use [`add_with`](ShardedCounter::add_with): a nested
+    /// `Group::enter` takes a second registration.
+    ///
+    /// ```
+    /// let counter = mmcid::ShardedCounter::new(&mmcid::Group::new());
+    /// counter.add(40);
+    /// counter.add(2);
+    /// assert_eq!(counter.sum(), 42);
+    /// ```
+    #[inline]
+    pub fn add(&self, n: u64) {
+        let guard = self.group.enter();
+        bump(self.shards.get_unchecked(&guard), n);
+    }
+
+    /// Subtracts `n` (wrapping) from the calling thread: see [`add`](ShardedCounter::add). The shard it lands on
+    /// may go "below zero"; the total stays exact.
+    ///
+    /// ```
+    /// let counter = mmcid::ShardedCounter::new(&mmcid::Group::new());
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| counter.add(10));
+    /// });
+    /// counter.sub(3); // possibly on another shard than the 10
+    /// assert_eq!(counter.sum(), 7);
+    /// ```
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        let guard = self.group.enter();
+        bump(self.shards.get_unchecked(&guard), n.wrapping_neg());
+    }
+
+    /// Adds `n` (wrapping) on the shard of a guard the caller already holds: no enter, no exit.
+    ///
+    /// ```
+    /// let group = mmcid::Group::new();
+    /// let counter = mmcid::ShardedCounter::new(&group);
+    /// let mut reg = group.register();
+    /// let guard = reg.enter();
+    /// for _ in 0..3 {
+    ///     counter.add_with(&guard, 2);
+    /// }
+    /// drop(guard);
+    /// assert_eq!(counter.sum(), 6);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the guard belongs to another group than the counter's; see
+    /// [`try_add_with`](ShardedCounter::try_add_with).
+    #[inline]
+    pub fn add_with(&self, guard: &CidGuard<'_>, n: u64) {
+        if let Err(e) = self.try_add_with(guard, n) {
+            foreign(e)
+        }
+    }
+
+    /// Subtracts `n` (wrapping) on the shard of a guard the caller already holds.
+    ///
+    /// # Panics
+    ///
+    /// If the guard belongs to another group than the counter's; see
+    /// [`try_add_with`](ShardedCounter::try_add_with).
+    #[inline]
+    pub fn sub_with(&self, guard: &CidGuard<'_>, n: u64) {
+        if let Err(e) = self.try_add_with(guard, n.wrapping_neg()) {
+            foreign(e)
+        }
+    }
+
+    /// Like [`add_with`](ShardedCounter::add_with), returning [`Error::ForeignGuard`] (and counting nothing) for
+    /// a guard of another group. Subtract with `n.wrapping_neg()`.
+    ///
+    /// ```
+    /// let counter = mmcid::ShardedCounter::new(&mmcid::Group::new());
+    /// let other = mmcid::Group::new();
+    /// let mut reg = other.register();
+    /// assert_eq!(counter.try_add_with(&reg.enter(), 1), Err(mmcid::Error::ForeignGuard));
+    /// assert_eq!(counter.sum(), 0);
+    /// ```
+    #[inline]
+    pub fn try_add_with(&self, guard: &CidGuard<'_>, n: u64) -> Result<(), Error> {
+        bump(self.shards.get(guard)?, n);
+        Ok(())
+    }
+
+    /// The total, modulo 2^64: the wrapping sum of one load of each allocated shard.
+    ///
+    /// At quiescence (no update running, and every update happens before this call, e.g. after joining the
+    /// threads that counted) the result is exact. Concurrently with updates, each shard is read exactly once
+    /// with no lock and no retry, so the result is the sum of one value of each shard, not an atomic snapshot of
+    /// all of them:
+    /// - every update that happens before the call is included;
+    /// - each update running concurrently is included entirely or not at all (it is a single store), and of one
+    ///   shard's updates the included ones are a prefix of that shard's history;
+    /// - shards are read one after another, so the result may include a later update on one shard and miss an
+    ///   earlier one on another, and with concurrent subtractions it may be a total the counter never held.
+    ///
+    /// Cost: one load per 64 CIDs of the visited bitmask plus one per allocated shard — never one per possible
+    /// CPU.
+    pub fn sum(&self) -> u64 {
+        self.shards
+            .iter()
+            .fold(0, |sum, shard| sum.wrapping_add(shard.load(Relaxed)))
+    }
+
+    /// Sets the counter to zero. Takes `&mut self`, so no update can run concurrently and the next
+    /// [`sum`](ShardedCounter::sum) is exactly 0; allocated shards are kept (zeroed) for reuse.
+    ///
+    /// ```
+    /// let mut counter = mmcid::ShardedCounter::new(&mmcid::Group::new());
+    /// counter.add(5);
+    /// counter.reset();
+    /// assert_eq!((counter.sum(), counter.shards_allocated()), (0, 1));
+    /// ```
+    pub fn reset(&mut self) {
+        for shard in self.shards.iter_mut() {
+            shard.store(0, Relaxed);
+        }
+    }
+
+    /// Number of shards allocated so far: one per CID that ever counted (at most [`Group::max_cids`] in steady
+    /// state, I2). Shards are freed when the counter drops.
+    pub fn shards_allocated(&self) -> usize {
+        self.shards.shards_allocated()
+    }
+}
+
+/// Adds `delta` to `shard`, whose only writer is the caller (it holds the shard's CID).
+#[inline(always)]
+fn bump(shard: &AtomicU64, delta: u64) {
+    // Relaxed load and store, no read-modify-write: the guard makes us the shard's only writer (I1) and orders
+    // us after its previous writer (I8, release/acquire in the library), so the load returns the latest value and
+    // nothing is lost; `sum` only loads.
+    shard.store(shard.load(Relaxed).wrapping_add(delta), Relaxed);
+}

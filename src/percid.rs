@@ -1,0 +1,601 @@
+//! `PerCid<T>`: one cache-padded `T` per CID, allocated on first use, exclusive inside a guard (I1 + I8).
+//!
+//! # Layout
+//!
+//! Shards are boxed one by one (`Box<CachePadded<T>>`) when a CID first asks for its shard, so memory follows the
+//! CIDs really handed out, not the CPU count. The pointers to them live in segments of doubling length: segment
+//! `s` holds the pointers of CIDs `64·(2^s − 1) .. 64·(2^(s+1) − 1)`, so 15 segments cover the hard CID bound
+//! (`MAX_BITS`, I2) and a segment, once installed, never moves. A parallel set of segments holds the *visited*
+//! bitmask: one bit per CID, set once the CID's shard exists, so a scan reads one word per 64 CIDs of the
+//! segments in use and one pointer per visited shard, never a slot per possible CPU (the kernel's 2026
+//! visited-CPU scan reduction).
+//!
+//! Segments are installed by CAS (the loser frees its allocation). A shard pointer is written only by the
+//! thread whose guard carries that CID, so it is a plain Release store, never contended.
+//!
+//! # Why `get_mut(&self, &mut CidGuard) -> &mut T` is sound
+//!
+//! * The guard's CID is exclusive to it among the live guards of its group (I1), and [`PerCid::try_get_mut`]
+//!   checks the guard belongs to the group the `PerCid` was made for, so no other thread can obtain a
+//!   reference to the same shard through `get_mut` while the guard lives.
+//! * The returned `&mut T` borrows the guard mutably, so it cannot outlive the guard (after which another thread
+//!   may get the CID), and one guard cannot produce two live `&mut T` of one `PerCid`.
+//! * The previous holder of the CID released it with a Release store and the guard took it with an Acquire
+//!   (I8), so the previous holder's writes to the shard happen before ours: no atomics are needed inside.
+//! * Every other way to reach a shard as a plain reference ([`PerCid::iter_visited`], `Drop`) takes
+//!   `&mut self`, so it cannot run while any `get_mut` borrow is alive. The only shared-reference view is the
+//!   crate-internal [`SharedPerCid`], a separate type that never hands out `&mut T` and requires `T: Sync`.
+
+use crate::bitmap::MAX_BITS;
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+use crate::{CidGuard, Error, Group};
+use crossbeam_utils::CachePadded;
+use std::fmt;
+use std::iter::FusedIterator;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+
+/// log2 of the first segment's length; 64 makes every visited word belong to exactly one segment.
+const FIRST_SHIFT: u32 = 6;
+/// Length of the first segment; segment `s` has `FIRST << s` slots.
+const FIRST: usize = 1 << FIRST_SHIFT;
+/// Segments needed to cover every CID a guard can carry (`< MAX_BITS`).
+const SEGMENTS: usize = locate(MAX_BITS - 1).0 + 1;
+
+/// `(segment, offset in segment)` of CID `cid`.
+#[inline(always)]
+const fn locate(cid: usize) -> (usize, usize) {
+    let j = cid + FIRST;
+    let s = (usize::BITS - 1 - j.leading_zeros() - FIRST_SHIFT) as usize;
+    (s, j - (FIRST << s))
+}
+
+/// Slots in segment `s`.
+const fn seg_len(s: usize) -> usize {
+    FIRST << s
+}
+
+/// First CID of segment `s`.
+const fn seg_base(s: usize) -> usize {
+    (FIRST << s) - FIRST
+}
+
+/// Visited words in segment `s` (one bit per slot).
+const fn words_len(s: usize) -> usize {
+    seg_len(s) / 64
+}
+
+/// A shard slot: null until the CID's first use, then the shard, until drop.
+type Slot<T> = AtomicPtr<CachePadded<T>>;
+
+/// One `T` per CID of a [`Group`]: per-CPU style sharded data indexed by CID, sized by real concurrency.
+///
+/// Each shard is cache-padded ([`CachePadded`]: 128 bytes on x86_64 and aarch64, so neighbouring shards never
+/// share a cache line or an adjacent-line prefetch pair) and allocated the first time a guard carrying its CID
+/// asks for it; shards never move. In steady state CIDs stay below [`Group::max_cids`] (I2), so a `PerCid`
+/// holds at most `max_cids` shards, where thread-id keyed storage holds one per thread that ever touched it. A
+/// thread descheduled inside its guard can make another take a temporary CID, which may add a shard beyond
+/// `max_cids`; the hard bound is the group's CID space.
+///
+/// Access is through a guard: [`PerCid::get_mut`] gives `&mut T` for the guard's CID with no atomic operation
+/// on `T`, because no other live guard of the group carries that CID (I1) and whatever its previous holder
+/// wrote is visible (I8). Reading every shard ([`PerCid::iter_visited`]) needs `&mut self`: it cannot overlap
+/// any guard's access. For a total readable while other threads update, see [`ShardedCounter`](crate::ShardedCounter).
+///
+/// `PerCid<T>` is `Send + Sync` when `T: Send`: shards are handed from thread to thread, never shared.
+///
+/// ```
+/// use mmcid::{Group, PerCid};
+///
+/// let group = Group::new();
+/// let mut lists: PerCid<Vec<u32>> = PerCid::new(&group);
+/// std::thread::scope(|s| {
+///     for t in 0..4 {
+///         let (group, lists) = (&group, &lists);
+///         s.spawn(move || {
+///             let mut reg = group.register();
+///             let mut guard = reg.enter();
+///             lists.get_mut(&mut guard).push(t); // plain Vec push: the guard makes the shard ours
+///         });
+///     }
+/// });
+/// let mut all: Vec<u32> = lists.iter_visited().flat_map(|(_cid, v)| v.drain(..)).collect();
+/// all.sort();
+/// assert_eq!(all, [0, 1, 2, 3]);
+/// assert!(lists.shards_allocated() <= 4);
+/// ```
+///
+/// Thread-safety follows `T: Send`, like `Mutex<T>`:
+///
+/// ```
+/// fn sync<X: Sync + Send>() {}
+/// sync::<mmcid::PerCid<std::cell::Cell<u64>>>(); // Send but not Sync: fine, a shard is never shared
+/// ```
+///
+/// ```compile_fail,E0277
+/// fn sync<X: Sync>() {}
+/// sync::<mmcid::PerCid<std::rc::Rc<u64>>>(); // not Send: could not be handed between threads
+/// ```
+pub struct PerCid<T> {
+    /// `shards[s]`: null, or segment `s` (`seg_len(s)` slots); installed once by CAS, freed in `Drop`.
+    shards: [AtomicPtr<Slot<T>>; SEGMENTS],
+    /// `visited[s]`: null, or `words_len(s)` words; bit `i` of word `w` ⇔ slot `64·w + i` of segment `s` is set.
+    visited: [AtomicPtr<AtomicU64>; SEGMENTS],
+    /// Shards allocated so far.
+    allocated: AtomicUsize,
+    /// The group whose guards may index this (`Group::id`, never reused).
+    group_id: u64,
+    init: Init<T>,
+    /// Owns `T`s (drop check).
+    _owns: PhantomData<T>,
+}
+
+/// How a shard starts. A plain `fn` for [`PerCid::new`], so `T` need not be `'static` there.
+enum Init<T> {
+    Fn(fn() -> T),
+    Boxed(Box<dyn Fn() -> T + Send + Sync>),
+}
+
+impl<T> Init<T> {
+    fn call(&self) -> T {
+        match self {
+            Init::Fn(f) => f(),
+            Init::Boxed(f) => f(),
+        }
+    }
+}
+
+// SAFETY: moving a `PerCid` moves ownership of every shard (dropped on the new thread), hence `T: Send`; the
+// other fields are atomics and a `Send + Sync` closure.
+unsafe impl<T: Send> Send for PerCid<T> {}
+
+// SAFETY: through `&PerCid` a thread only reaches the shard of a CID its own guard carries (`get_mut`), exclusive
+// by I1 and handed over with release/acquire by I8: a shard moves between threads but is never used by two at
+// once, so `T: Send` suffices, as for `Mutex<T>`. Shared views of all shards need `&mut self` (or
+// `SharedPerCid`, which requires `T: Sync`).
+unsafe impl<T: Send> Sync for PerCid<T> {}
+
+impl<T> fmt::Debug for PerCid<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerCid")
+            .field("shards_allocated", &self.shards_allocated())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Default> PerCid<T> {
+    /// A `PerCid` for the guards of `group`, whose shards start as `T::default()`. Allocates no shard.
+    ///
+    /// ```
+    /// let group = mmcid::Group::new();
+    /// let per_cid: mmcid::PerCid<u64> = mmcid::PerCid::new(&group);
+    /// assert_eq!(per_cid.shards_allocated(), 0);
+    /// ```
+    pub fn new(group: &Group) -> PerCid<T> {
+        PerCid::make(group, Init::Fn(T::default))
+    }
+}
+
+impl<T> PerCid<T> {
+    /// A `PerCid` for the guards of `group`, whose shards start as `init()` (called once per shard, on the
+    /// thread whose guard first asks for it). Allocates no shard.
+    ///
+    /// ```
+    /// let group = mmcid::Group::new();
+    /// let buffers = mmcid::PerCid::with(&group, || Vec::<u8>::with_capacity(4096));
+    /// let mut reg = group.register();
+    /// let mut guard = reg.enter();
+    /// assert!(buffers.get_mut(&mut guard).capacity() >= 4096);
+    /// ```
+    pub fn with<F>(group: &Group, init: F) -> PerCid<T>
+    where
+        F: Fn() -> T + Send + Sync + 'static,
+    {
+        PerCid::make(group, Init::Boxed(Box::new(init)))
+    }
+
+    fn make(group: &Group, init: Init<T>) -> PerCid<T> {
+        PerCid {
+            shards: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            visited: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            allocated: AtomicUsize::new(0),
+            group_id: group.id(),
+            init,
+            _owns: PhantomData,
+        }
+    }
+
+    /// The shard of the guard's CID, allocated on first use. No atomic operation touches `T`: the guard makes
+    /// the shard exclusively ours (I1) and shows us what its previous holder wrote (I8).
+    ///
+    /// The shard borrows the guard, so it cannot outlive it:
+    ///
+    /// ```compile_fail,E0505
+    /// let group = mmcid::Group::new();
+    /// let counts: mmcid::PerCid<u64> = mmcid::PerCid::new(&group);
+    /// let mut reg = group.register();
+    /// let mut guard = reg.enter();
+    /// let shard = counts.get_mut(&mut guard);
+    /// drop(guard); // the CID may now go to another thread…
+    /// *shard += 1; // …so this does not compile
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the guard belongs to another group than the one this `PerCid` was made for (its CID says nothing about
+    /// this group's shards); [`PerCid::try_get_mut`] returns [`Error::ForeignGuard`] instead. Also panics if
+    /// `init` panics.
+    #[inline]
+    pub fn get_mut<'a>(&'a self, guard: &'a mut CidGuard<'_>) -> &'a mut T {
+        match self.try_get_mut(guard) {
+            Ok(shard) => shard,
+            Err(e) => foreign(e),
+        }
+    }
+
+    /// Like [`PerCid::get_mut`], returning [`Error::ForeignGuard`] for a guard of another group.
+    ///
+    /// ```
+    /// let (ours, theirs) = (mmcid::Group::new(), mmcid::Group::new());
+    /// let per_cid: mmcid::PerCid<u64> = mmcid::PerCid::new(&ours);
+    /// let mut reg = theirs.register();
+    /// let mut guard = reg.enter();
+    /// assert_eq!(per_cid.try_get_mut(&mut guard), Err(mmcid::Error::ForeignGuard));
+    /// ```
+    #[inline]
+    pub fn try_get_mut<'a>(&'a self, guard: &'a mut CidGuard<'_>) -> Result<&'a mut T, Error> {
+        if guard.group_id() != self.group_id {
+            return Err(Error::ForeignGuard);
+        }
+        let shard = self.shard(guard.cid().get());
+        // SAFETY:
+        // - `shard` points to a live, initialised shard, freed only by `Drop` (needs `&mut self`, impossible
+        //   while `'a` borrows `self`);
+        // - no other reference to it exists: only a live guard of this group (checked above) carrying this CID
+        //   reaches it through `&self`, that guard is unique (I1) and mutably borrowed for `'a`, and the
+        //   `&mut self` paths cannot overlap `'a`;
+        // - the previous holder's accesses happen before ours (I8).
+        Ok(unsafe { &mut **shard.as_ptr() })
+    }
+
+    /// Every shard allocated so far, with its CID, in increasing CID order. Scans only the visited bitmask and
+    /// the visited shards, never a slot per possible CPU.
+    ///
+    /// Takes `&mut self`: no guard can be using a shard meanwhile (a shared view while guards write would alias
+    /// their `&mut T`).
+    ///
+    /// ```
+    /// let group = mmcid::Group::new();
+    /// let mut counts: mmcid::PerCid<u64> = mmcid::PerCid::new(&group);
+    /// let mut reg = group.register();
+    /// *counts.get_mut(&mut reg.enter()) += 5;
+    /// let visited: Vec<(usize, u64)> = counts.iter_visited().map(|(cid, n)| (cid, *n)).collect();
+    /// assert_eq!(visited, [(0, 5)]);
+    /// ```
+    pub fn iter_visited(&mut self) -> IterVisited<'_, T> {
+        IterVisited {
+            raw: RawIter::new(self),
+            _shards: PhantomData,
+        }
+    }
+
+    /// Number of shards allocated so far (each at most once per CID; shards are kept until the `PerCid` drops).
+    pub fn shards_allocated(&self) -> usize {
+        self.allocated.load(Relaxed)
+    }
+
+    /// The shard of CID `cid`, allocated on first use.
+    ///
+    /// The caller holds a live guard of this `PerCid`'s group carrying `cid`: shard installation relies on it
+    /// (one installer per CID). Breaking that is not undefined behaviour here, only a leaked shard and lost
+    /// contents; the `&mut T` of `get_mut` is what needs the guard.
+    #[inline]
+    fn shard(&self, cid: usize) -> NonNull<CachePadded<T>> {
+        let (s, off) = locate(cid);
+        // Acquire: pairs with the Release CAS that installed the segment (its null slots are initialised).
+        let seg = self.shards[s].load(Acquire);
+        if !seg.is_null() {
+            // SAFETY: `off < seg_len(s)` by `locate`, and an installed segment of that length lives until `Drop`.
+            let slot = unsafe { &*seg.add(off) };
+            // Relaxed: only holders of `cid` store this slot, and every earlier holder's store happens before
+            // our guard (I8).
+            if let Some(shard) = NonNull::new(slot.load(Relaxed)) {
+                return shard;
+            }
+        }
+        self.install(cid)
+    }
+
+    /// First use of `cid`: allocate its shard, publish it, mark it visited.
+    #[cold]
+    #[inline(never)]
+    fn install(&self, cid: usize) -> NonNull<CachePadded<T>> {
+        let (s, off) = locate(cid);
+        let seg = segment(&self.shards[s], seg_len(s), || {
+            AtomicPtr::new(ptr::null_mut())
+        });
+        // SAFETY: `off < seg_len(s)`; the segment lives until `Drop`.
+        let slot = unsafe { &*seg.as_ptr().add(off) };
+        if let Some(shard) = NonNull::new(slot.load(Relaxed)) {
+            return shard; // unreachable while I8 holds (the hot path saw it null); harmless
+        }
+        let shard = NonNull::from(Box::leak(Box::new(CachePadded::new(self.init.call()))));
+        // Release: publishes the initialised shard to scanners, which load the slot with Acquire.
+        slot.store(shard.as_ptr(), Release);
+        let words = segment(&self.visited[s], words_len(s), || AtomicU64::new(0));
+        // SAFETY: `off / 64 < words_len(s)`; the segment lives until `Drop`.
+        let word = unsafe { &*words.as_ptr().add(off / 64) };
+        // Release: a scanner that sees the bit (Acquire) also sees the slot store above.
+        word.fetch_or(1 << (off % 64), Release);
+        self.allocated.fetch_add(1, Relaxed);
+        shard
+    }
+}
+
+impl<T> Drop for PerCid<T> {
+    fn drop(&mut self) {
+        for s in 0..SEGMENTS {
+            // Relaxed: `&mut self` orders every other access before us.
+            let seg = self.shards[s].load(Relaxed);
+            if !seg.is_null() {
+                for off in 0..seg_len(s) {
+                    // SAFETY: `off < seg_len(s)`; the segment is live until freed below.
+                    let shard = unsafe { &*seg.add(off) }.load(Relaxed);
+                    if !shard.is_null() {
+                        // SAFETY: the shard came from `Box::leak` in `install`, stored once in this slot only, and
+                        // no reference to it survives `&mut self`.
+                        drop(unsafe { Box::from_raw(shard) });
+                    }
+                }
+                // SAFETY: `seg` came from `segment` with length `seg_len(s)` and is freed once.
+                unsafe { free_segment(seg, seg_len(s)) };
+            }
+            let words = self.visited[s].load(Relaxed);
+            if !words.is_null() {
+                // SAFETY: as above, with length `words_len(s)`.
+                unsafe { free_segment(words, words_len(s)) };
+            }
+        }
+    }
+}
+
+/// The segment behind `head`, installing a fresh one of `len` elements made by `fresh` if there is none yet.
+/// Lock-free: when two threads race, the CAS loser frees its own allocation and uses the winner's.
+#[cold]
+fn segment<U>(head: &AtomicPtr<U>, len: usize, fresh: impl Fn() -> U) -> NonNull<U> {
+    // Acquire: pairs with the Release CAS below in whichever thread installed it.
+    if let Some(seg) = NonNull::new(head.load(Acquire)) {
+        return seg;
+    }
+    let new = Box::into_raw((0..len).map(|_| fresh()).collect::<Box<[U]>>()).cast::<U>();
+    // Release (success): publishes the initialised elements. Acquire (failure): we use the winner's.
+    match head.compare_exchange(ptr::null_mut(), new, Release, Acquire) {
+        Ok(_) => NonNull::new(new).expect("Box pointers are non-null"),
+        Err(winner) => {
+            // SAFETY: `new` came from `Box<[U]>::into_raw` with length `len` and was never published.
+            unsafe { free_segment(new, len) };
+            NonNull::new(winner).expect("the CAS failed on a non-null segment")
+        }
+    }
+}
+
+/// Frees a segment made by [`segment`].
+///
+/// # Safety
+///
+/// `seg` came from `Box<[U]>::into_raw` with length `len` (as in [`segment`]), is freed only once, and no
+/// reference into it is alive.
+unsafe fn free_segment<U>(seg: *mut U, len: usize) {
+    // SAFETY: by the contract, this rebuilds the original `Box<[U]>`.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(seg, len)) });
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+pub(crate) fn foreign(e: Error) -> ! {
+    panic!(
+        "{e}: a PerCid or ShardedCounter can only be used with guards of the group it was made for"
+    )
+}
+
+/// Walks the visited bitmask: yields `(cid, shard)` for every allocated shard, in CID order.
+struct RawIter<'a, T> {
+    per_cid: &'a PerCid<T>,
+    /// Current segment.
+    seg: usize,
+    /// Shard segment `seg` (null until entered or if absent).
+    slots: *mut Slot<T>,
+    /// Next word to load in segment `seg`.
+    word: usize,
+    /// Unvisited set bits of the last loaded word.
+    bits: u64,
+    /// CID of bit 0 of the last loaded word.
+    base: usize,
+}
+
+impl<'a, T> RawIter<'a, T> {
+    fn new(per_cid: &'a PerCid<T>) -> Self {
+        RawIter {
+            per_cid,
+            seg: 0,
+            slots: ptr::null_mut(),
+            word: 0,
+            bits: 0,
+            base: 0,
+        }
+    }
+}
+
+impl<T> Iterator for RawIter<'_, T> {
+    type Item = (usize, NonNull<CachePadded<T>>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.bits != 0 {
+                let bit = self.bits.trailing_zeros() as usize;
+                self.bits &= self.bits - 1;
+                let cid = self.base + bit;
+                if self.slots.is_null() {
+                    continue; // unreachable: a visited bit is set after its segment and slot
+                }
+                // SAFETY: `cid` lies in segment `self.seg`, whose live segment `slots` is.
+                let slot = unsafe { &*self.slots.add(cid - seg_base(self.seg)) };
+                // Acquire: pairs with the Release store in `install` (the shard's initialisation is visible).
+                match NonNull::new(slot.load(Acquire)) {
+                    Some(shard) => return Some((cid, shard)),
+                    None => continue, // unreachable: the bit is set after the slot
+                }
+            }
+            if self.seg >= SEGMENTS {
+                return None;
+            }
+            // Acquire: pairs with the installing CAS in `segment`.
+            let words = self.per_cid.visited[self.seg].load(Acquire);
+            if words.is_null() || self.word >= words_len(self.seg) {
+                self.seg += 1;
+                self.word = 0;
+                continue;
+            }
+            if self.word == 0 {
+                // Acquire: as above; loaded after `words` so it is installed whenever a bit of it is visible.
+                self.slots = self.per_cid.shards[self.seg].load(Acquire);
+            }
+            // SAFETY: `self.word < words_len(self.seg)`; the segment lives as long as `per_cid`.
+            let word = unsafe { &*words.add(self.word) };
+            // Acquire: pairs with the Release `fetch_or` in `install`.
+            self.bits = word.load(Acquire);
+            self.base = seg_base(self.seg) + self.word * 64;
+            self.word += 1;
+        }
+    }
+}
+
+/// Iterator over the allocated shards of a [`PerCid`], with their CIDs, in CID order: see
+/// [`PerCid::iter_visited`].
+pub struct IterVisited<'a, T> {
+    raw: RawIter<'a, T>,
+    _shards: PhantomData<&'a mut T>,
+}
+
+impl<T> fmt::Debug for IterVisited<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IterVisited")
+            .field("next_segment", &self.raw.seg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T> Iterator for IterVisited<'a, T> {
+    type Item = (usize, &'a mut T);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (cid, shard) = self.raw.next()?;
+        // SAFETY: `iter_visited` borrowed the `PerCid` mutably for `'a`, so no other reference to any shard
+        // exists; each CID (hence each shard) is yielded once; shards live until the `PerCid` drops.
+        Some((cid, unsafe { &mut **shard.as_ptr() }))
+    }
+}
+
+impl<T> FusedIterator for IterVisited<'_, T> {}
+
+/// A [`PerCid`] used only through shared references: the crate-internal view under
+/// [`ShardedCounter`](crate::ShardedCounter). It never hands out `&mut T`, so a guard's `&T` may coexist with a reader's `&T`
+/// of the same shard; `T: Sync` makes that sound, and `T` is meant to be an atomic that the guard holder updates
+/// with plain loads and stores (one writer at a time by I1, handed over by I8).
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) struct SharedPerCid<T: Send + Sync>(PerCid<T>);
+
+#[cfg_attr(loom, allow(dead_code))]
+impl<T: Send + Sync> SharedPerCid<T> {
+    pub(crate) fn new(group: &Group) -> Self
+    where
+        T: Default,
+    {
+        SharedPerCid(PerCid::new(group))
+    }
+
+    /// The shard of the guard's CID, allocated on first use; [`Error::ForeignGuard`] for another group's guard.
+    #[inline]
+    pub(crate) fn get(&self, guard: &CidGuard<'_>) -> Result<&T, Error> {
+        if guard.group_id() != self.0.group_id {
+            return Err(Error::ForeignGuard);
+        }
+        Ok(self.get_unchecked(guard))
+    }
+
+    /// [`SharedPerCid::get`] for a guard the caller knows is of this group (e.g. from its own `Group::enter`).
+    /// A foreign guard would not be undefined behaviour (see `PerCid::shard`), only wrong.
+    #[inline]
+    pub(crate) fn get_unchecked(&self, guard: &CidGuard<'_>) -> &T {
+        debug_assert_eq!(guard.group_id(), self.0.group_id, "guard of another group");
+        let shard = self.0.shard(guard.cid().get());
+        // SAFETY: the shard is live until the `PerCid` drops (needs `&mut`); only shared references to shards are
+        // ever made through a `SharedPerCid` (no `get_mut`, `iter_visited` needs `&mut self`), and `T: Sync`.
+        unsafe { &*shard.as_ptr() }
+    }
+
+    /// Every allocated shard, concurrently with guards using theirs.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        // SAFETY: as in `get_unchecked`: shared references only, `T: Sync`, shards live as long as `self`.
+        RawIter::new(&self.0).map(|(_, shard)| unsafe { &**shard.as_ptr() })
+    }
+
+    /// Every allocated shard, exclusively.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
+        self.0.iter_visited().map(|(_, shard)| shard)
+    }
+
+    pub(crate) fn shards_allocated(&self) -> usize {
+        self.0.shards_allocated()
+    }
+}
+
+impl<T: Send + Sync> fmt::Debug for SharedPerCid<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_covers_the_cid_space_without_gaps() {
+        let mut expect = (0, 0);
+        for cid in 0..4 * FIRST + 10 {
+            assert_eq!(locate(cid), expect, "cid {cid}");
+            assert_eq!(seg_base(expect.0) + expect.1, cid);
+            expect.1 += 1;
+            if expect.1 == seg_len(expect.0) {
+                expect = (expect.0 + 1, 0);
+            }
+        }
+        let (s, off) = locate(MAX_BITS - 1);
+        assert_eq!(s, SEGMENTS - 1);
+        assert!(off < seg_len(s));
+        assert!(
+            seg_base(SEGMENTS) >= MAX_BITS,
+            "the segments cover the hard CID bound"
+        );
+        assert_eq!(SEGMENTS, 15);
+    }
+
+    #[test]
+    fn scan_reads_only_installed_segments() {
+        let group = Group::builder().virtual_cpus(2).build().unwrap();
+        let mut per_cid: PerCid<u32> = PerCid::new(&group);
+        // CIDs 70 and 200 (segments 1 and 2) without segment 0.
+        for cid in [200, 70] {
+            // No guard carries these CIDs and nothing else uses `per_cid`: this thread is the only installer.
+            let p = per_cid.shard(cid);
+            // SAFETY: the shard is live and no other reference to it exists.
+            unsafe { **p.as_ptr() = cid as u32 };
+        }
+        assert!(per_cid.shards[0].load(Relaxed).is_null());
+        let seen: Vec<(usize, u32)> = per_cid.iter_visited().map(|(c, v)| (c, *v)).collect();
+        assert_eq!(seen, [(70, 70), (200, 200)]);
+        assert_eq!(per_cid.shards_allocated(), 2);
+    }
+}

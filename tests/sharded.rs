@@ -1,0 +1,458 @@
+//! Sharded data: `PerCid<T>` and `ShardedCounter` under churn, shard lifetime, foreign guards, growth and
+//! memory (issue 5). Every test can fail: conservation and list tests count exactly, lifetime tests count drops,
+//! growth compares addresses, the memory test compares shards with `max_cids`.
+
+use mmcid::{CidGuard, CpuSet, Error, Group, PerCid, Registration, ShardedCounter};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+
+/// Batches of threads per churn test; each batch crosses the mode boundary both ways.
+const ROUNDS: usize = 10;
+/// Threads per batch: with 4 virtual cores, 5 registered users switch to per-CPU mode (users > max_cids = 4),
+/// and the switch back happens below 2 users, when the batch is gone.
+const BATCH: usize = 5;
+/// Operations per batch thread.
+const OPS: u64 = 400;
+
+/// A group whose mode boundary a handful of threads cross both ways.
+fn churn_group() -> Group {
+    Group::builder()
+        .virtual_cpus(4)
+        .build()
+        .expect("4 virtual cores")
+}
+
+/// Runs `ROUNDS` batches of `BATCH` threads, each `batch(t, barrier)`, while `background()` runs on a long-lived
+/// thread until the last batch is joined. Batch threads are joined explicitly (so their thread-local
+/// registrations are gone, the switch back to per-task has happened). Returns the background's result.
+fn churn<R: Send>(
+    group: &Group,
+    background: impl FnOnce(&AtomicBool) -> R + Send,
+    batch: impl Fn(usize, &Barrier) + Sync,
+) -> R {
+    let stop = AtomicBool::new(false);
+    let before = group.stats();
+    let result = thread::scope(|s| {
+        let bg = s.spawn(|| background(&stop));
+        for _ in 0..ROUNDS {
+            let barrier = Barrier::new(BATCH);
+            thread::scope(|inner| {
+                let handles: Vec<_> = (0..BATCH)
+                    .map(|t| {
+                        inner.spawn({
+                            let (batch, barrier) = (&batch, &barrier);
+                            move || batch(t, barrier)
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().expect("batch thread");
+                }
+            });
+        }
+        stop.store(true, Relaxed);
+        bg.join().expect("background thread")
+    });
+    let after = group.stats();
+    assert!(
+        after.switches_to_per_cpu - before.switches_to_per_cpu >= ROUNDS as u64,
+        "each batch must switch to per-CPU mode: {after:?}"
+    );
+    assert!(
+        after.switches_to_per_task - before.switches_to_per_task >= ROUNDS as u64,
+        "each batch's exit must switch back to per-task mode: {after:?}"
+    );
+    result
+}
+
+#[test]
+fn counter_conservation_under_churn() {
+    let group = churn_group();
+    let counter = ShardedCounter::new(&group);
+    let expected = AtomicU64::new(0);
+    let background = |stop: &AtomicBool| {
+        // Adds and subtracts through the thread-local path (one user) while batches register, drop and switch
+        // modes; a minimum number of operations, then until told to stop (no timing involved).
+        let mut net = 0u64;
+        let mut i = 0u64;
+        while i < 2_000 || !stop.load(Relaxed) {
+            let v = i % 7;
+            if i % 3 == 2 {
+                counter.sub(v);
+                net = net.wrapping_sub(v);
+            } else {
+                counter.add(v);
+                net = net.wrapping_add(v);
+            }
+            i += 1;
+        }
+        net
+    };
+    let batch = |t: usize, barrier: &Barrier| {
+        let mut reg = group.register();
+        barrier.wait(); // the whole batch is registered: per-CPU mode
+        let mut net = 0u64;
+        for i in 0..OPS {
+            let v = (i * 13 + t as u64) % 11;
+            match i % 4 {
+                0 => {
+                    counter.add(v); // thread-local registration: one more user
+                    net = net.wrapping_add(v);
+                }
+                1 => {
+                    counter.add_with(&reg.enter(), v);
+                    net = net.wrapping_add(v);
+                }
+                2 => {
+                    counter.sub_with(&reg.enter(), v + 3); // often below its shard's value: wraps
+                    net = net.wrapping_sub(v + 3);
+                }
+                _ => {
+                    counter.sub(v);
+                    net = net.wrapping_sub(v);
+                }
+            }
+            if i == OPS / 2 {
+                // Membership changes while the others count.
+                drop(std::mem::replace(&mut reg, group.register()));
+            }
+        }
+        expected.fetch_add(net, Relaxed);
+    };
+    let net = churn(&group, background, batch);
+    expected.fetch_add(net, Relaxed);
+    assert_eq!(
+        counter.sum(),
+        expected.load(Relaxed),
+        "no add or sub lost, none counted twice"
+    );
+    // I2 hard bound: CIDs < users + cores at any time; at most 1 + 2 per batch thread users at once.
+    assert!(
+        counter.shards_allocated() <= 1 + 2 * BATCH + group.cores(),
+        "{counter:?}"
+    );
+}
+
+/// Item ids: thread tag in the high half, sequence number in the low half.
+fn item(tag: u64, seq: u64) -> u64 {
+    (tag << 32) | seq
+}
+
+/// One step of the list test inside `guard`: push what we hold, or make an item, or pop one into our hand.
+/// Returns the item made, if any.
+fn list_step(
+    lists: &PerCid<Vec<u64>>,
+    guard: &mut CidGuard<'_>,
+    hand: &mut Option<u64>,
+    fresh: u64,
+) -> Option<u64> {
+    let list = lists.get_mut(guard);
+    if let Some(x) = hand.take() {
+        list.push(x);
+        None
+    } else if fresh % 5 == 0 || list.is_empty() {
+        list.push(fresh);
+        Some(fresh)
+    } else {
+        *hand = list.pop();
+        None
+    }
+}
+
+#[test]
+fn per_cid_vec_loses_and_duplicates_nothing_under_churn() {
+    // The kernel selftests' list test: items move between shards (pop in one guard, push in the next, whose CID
+    // may differ); at the end every item made is in exactly one shard.
+    let group = churn_group();
+    let mut lists: PerCid<Vec<u64>> = PerCid::new(&group);
+    let made = Mutex::new(Vec::new());
+    let next_tag = AtomicU64::new(1);
+    let background = |stop: &AtomicBool| {
+        let tag = next_tag.fetch_add(1, Relaxed);
+        let (mut mine, mut hand, mut seq) = (Vec::new(), None, 0u64);
+        while seq < 2_000 || !stop.load(Relaxed) {
+            let mut guard = group.enter();
+            mine.extend(list_step(&lists, &mut guard, &mut hand, item(tag, seq)));
+            seq += 1;
+        }
+        if let Some(x) = hand {
+            lists.get_mut(&mut group.enter()).push(x);
+        }
+        mine
+    };
+    let batch = |t: usize, barrier: &Barrier| {
+        let tag = next_tag.fetch_add(1, Relaxed);
+        let mut reg = group.register();
+        barrier.wait();
+        let (mut mine, mut hand) = (Vec::new(), None);
+        for seq in 0..OPS {
+            let fresh = item(tag, seq);
+            if (seq + t as u64) % 3 == 0 {
+                mine.extend(list_step(&lists, &mut group.enter(), &mut hand, fresh));
+            } else {
+                mine.extend(list_step(&lists, &mut reg.enter(), &mut hand, fresh));
+            }
+            if seq == OPS / 2 {
+                drop(std::mem::replace(&mut reg, group.register()));
+            }
+        }
+        if let Some(x) = hand {
+            lists.get_mut(&mut reg.enter()).push(x);
+        }
+        made.lock().unwrap().extend(mine);
+    };
+    let bg_made = churn(&group, background, batch);
+    let mut made = made.into_inner().unwrap();
+    made.extend(bg_made);
+    made.sort_unstable();
+    let mut found: Vec<u64> = lists
+        .iter_visited()
+        .flat_map(|(_, list)| list.drain(..))
+        .collect();
+    found.sort_unstable();
+    assert!(!made.is_empty());
+    let dups = found.windows(2).filter(|w| w[0] == w[1]).count();
+    assert_eq!(dups, 0, "items duplicated");
+    assert_eq!(found.len(), made.len(), "items lost or invented");
+    assert_eq!(found, made);
+}
+
+/// A shard value that counts its drops.
+struct Counted {
+    drops: Arc<AtomicUsize>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Relaxed);
+    }
+}
+
+#[test]
+fn drop_drops_every_allocated_shard_exactly_once() {
+    let group = Group::builder().virtual_cpus(3).build().unwrap();
+    let (made, drops) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let per_cid = PerCid::with(&group, {
+        let (made, drops) = (made.clone(), drops.clone());
+        move || {
+            made.fetch_add(1, Relaxed);
+            Counted {
+                drops: drops.clone(),
+            }
+        }
+    });
+    // Six nested guards: six distinct CIDs (I1), past max_cids (per-CPU mode, temporary CIDs).
+    let mut regs: Vec<Registration> = (0..6).map(|_| group.register()).collect();
+    let mut guards: Vec<CidGuard<'_>> = regs.iter_mut().map(|r| r.enter()).collect();
+    for _ in 0..2 {
+        for g in guards.iter_mut() {
+            let shard: *const Counted = per_cid.get_mut(g);
+            assert!(!shard.is_null());
+        }
+    }
+    // Other threads add shards of their own CIDs.
+    thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                let _ = per_cid.get_mut(&mut group.enter());
+            });
+        }
+    });
+    drop(guards);
+    drop(regs);
+    let shards = per_cid.shards_allocated();
+    assert!(shards >= 6, "six CIDs were live at once");
+    assert_eq!(made.load(Relaxed), shards, "one init per shard");
+    assert_eq!(
+        drops.load(Relaxed),
+        0,
+        "nothing dropped while the PerCid lives"
+    );
+    drop(per_cid);
+    assert_eq!(
+        drops.load(Relaxed),
+        shards,
+        "every shard dropped exactly once"
+    );
+
+    // A PerCid that never allocated drops nothing.
+    let empty = PerCid::with(&group, {
+        let drops = drops.clone();
+        move || Counted {
+            drops: drops.clone(),
+        }
+    });
+    drop(empty);
+    assert_eq!(drops.load(Relaxed), shards);
+}
+
+#[test]
+fn foreign_guards_are_rejected() {
+    let (ours, theirs) = (Group::new(), Group::new());
+    let per_cid: PerCid<u64> = PerCid::new(&ours);
+    let counter = ShardedCounter::new(&ours);
+    let mut reg = theirs.register();
+    let mut guard = reg.enter();
+    assert_eq!(per_cid.try_get_mut(&mut guard), Err(Error::ForeignGuard));
+    assert_eq!(counter.try_add_with(&guard, 1), Err(Error::ForeignGuard));
+    drop(guard);
+    assert_eq!(
+        (
+            per_cid.shards_allocated(),
+            counter.shards_allocated(),
+            counter.sum()
+        ),
+        (0, 0, 0)
+    );
+
+    // A clone of the group is the same group.
+    let mut reg = ours.clone().register();
+    let mut guard = reg.enter();
+    *per_cid.get_mut(&mut guard) += 1;
+    counter.add_with(&guard, 1);
+    assert_eq!((per_cid.shards_allocated(), counter.sum()), (1, 1));
+}
+
+#[test]
+#[should_panic(expected = "the guard belongs to another group")]
+fn foreign_guard_panics_in_get_mut() {
+    let per_cid: PerCid<u64> = PerCid::new(&Group::new());
+    let other = Group::new();
+    let mut reg = other.register();
+    let mut guard = reg.enter();
+    let _ = per_cid.get_mut(&mut guard);
+}
+
+#[test]
+#[should_panic(expected = "the guard belongs to another group")]
+fn foreign_guard_panics_in_add_with() {
+    let counter = ShardedCounter::new(&Group::new());
+    let other = Group::new();
+    let mut reg = other.register();
+    counter.sub_with(&reg.enter(), 1);
+}
+
+#[test]
+fn shards_grow_past_a_segment_boundary_without_moving() {
+    // 70 registrations in per-task mode own CIDs 0..70: the first segment holds 64 shards.
+    let group = Group::builder().virtual_cpus(128).build().unwrap();
+    let mut regs: Vec<Registration> = (0..70).map(|_| group.register()).collect();
+    let mut per_cid: PerCid<u64> = PerCid::new(&group);
+    let mut addrs = HashMap::new();
+    for reg in regs.iter_mut() {
+        let mut guard = reg.enter();
+        let cid = guard.cid().get();
+        let shard = per_cid.get_mut(&mut guard);
+        *shard = cid as u64 * 10;
+        assert!(
+            addrs.insert(cid, shard as *mut u64 as usize).is_none(),
+            "CID {cid} twice"
+        );
+    }
+    assert!(
+        addrs.keys().any(|&c| c >= 64),
+        "a CID past the first segment: {:?}",
+        addrs.keys().max()
+    );
+    // Every shard is where it was, with its value, after the growth.
+    for reg in regs.iter_mut() {
+        let mut guard = reg.enter();
+        let cid = guard.cid().get();
+        let shard = per_cid.get_mut(&mut guard);
+        assert_eq!(*shard, cid as u64 * 10);
+        assert_eq!(addrs[&cid], shard as *mut u64 as usize, "shard {cid} moved");
+    }
+    assert_eq!(per_cid.shards_allocated(), 70);
+    let visited: Vec<(usize, u64)> = per_cid.iter_visited().map(|(c, v)| (c, *v)).collect();
+    let mut want: Vec<(usize, u64)> = addrs.keys().map(|&c| (c, c as u64 * 10)).collect();
+    want.sort_unstable();
+    assert_eq!(visited, want, "each visited shard once, in CID order");
+}
+
+#[test]
+fn shards_follow_cores_not_threads() {
+    // Eight threads on a group allowed two cores: per-CPU mode, max_cids = 2. Once every thread is registered,
+    // entries that do not overlap (a thread descheduled inside its guard would give another a temporary CID)
+    // only ever see CIDs below max_cids, so the counter has at most max_cids shards, not one per thread.
+    const THREADS: usize = 8;
+    let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
+    let group = Group::builder()
+        .cpus(CpuSet::from_cpus(cpus.clone()).unwrap())
+        .build()
+        .unwrap();
+    let counter = ShardedCounter::new(&group);
+    let (barrier, turn) = (Barrier::new(THREADS), Mutex::new(()));
+    let max_cids = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                drop(group.enter()); // registers this thread (thread-local registration)
+                barrier.wait(); // steady state: membership unchanged from here on
+                max_cids.lock().unwrap().push(group.max_cids());
+                for _ in 0..3 {
+                    let _turn = turn.lock().unwrap();
+                    counter.add(1);
+                }
+                barrier.wait(); // nobody unregisters before everyone is done
+            });
+        }
+    });
+    let max_cids = max_cids.into_inner().unwrap();
+    assert!(max_cids.iter().all(|&m| m == max_cids[0]));
+    assert!(
+        max_cids[0] <= cpus.len(),
+        "max_cids {} with {} allowed cores",
+        max_cids[0],
+        cpus.len()
+    );
+    assert_eq!(counter.sum(), 3 * THREADS as u64);
+    assert!(
+        counter.shards_allocated() <= max_cids[0],
+        "{} shards for max_cids {}",
+        counter.shards_allocated(),
+        max_cids[0]
+    );
+    assert!(
+        counter.shards_allocated() < THREADS,
+        "fewer shards than threads"
+    );
+}
+
+#[test]
+fn wrapping_sub_keeps_the_total_exact_and_reset_zeroes() {
+    let group = Group::new();
+    let mut counter = ShardedCounter::new(&group);
+    let (mut a, mut b) = (group.register(), group.register());
+    let (ga, gb) = (a.enter(), b.enter());
+    assert_ne!(ga.cid(), gb.cid());
+    counter.add_with(&ga, 3);
+    counter.sub_with(&gb, 10); // shard b "below zero"
+    assert_eq!(counter.sum(), 3u64.wrapping_sub(10));
+    counter.add_with(&ga, 10);
+    assert_eq!(counter.sum(), 3);
+    drop((ga, gb));
+    assert_eq!(counter.shards_allocated(), 2);
+    counter.reset();
+    assert_eq!((counter.sum(), counter.shards_allocated()), (0, 2));
+    counter.add_with(&b.enter(), 4);
+    assert_eq!(counter.sum(), 4);
+}
+
+#[test]
+fn hand_over_needs_no_atomics_inside_the_guard() {
+    // I8 through PerCid: threads take turns on a plain u64 per CID; with any lost hand-over the total is off.
+    let group = Group::new();
+    let mut per_cid: PerCid<u64> = PerCid::new(&group);
+    thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..2_000 {
+                    *per_cid.get_mut(&mut group.enter()) += 1;
+                }
+            });
+        }
+    });
+    assert_eq!(per_cid.iter_visited().map(|(_, n)| *n).sum::<u64>(), 8_000);
+}
