@@ -9,12 +9,12 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 
 /// Batches of threads per churn test; each batch crosses the mode boundary both ways.
-const ROUNDS: usize = 10;
+const ROUNDS: usize = 16;
 /// Threads per batch: with 4 virtual cores, 5 registered users switch to per-CPU mode (users > max_cids = 4),
 /// and the switch back happens below 2 users, when the batch is gone.
 const BATCH: usize = 5;
 /// Operations per batch thread.
-const OPS: u64 = 400;
+const OPS: u64 = 1_000;
 
 /// A group whose mode boundary a handful of threads cross both ways.
 fn churn_group() -> Group {
