@@ -26,7 +26,7 @@ count() {
     awk '/^(summary|totals):/ { print $2; exit }' "$file"
 }
 
-echo "callgrind: $(valgrind --version), $(rustc --version), commit $(git rev-parse --short HEAD), $(date -u +%F)"
+echo "callgrind: $(valgrind --version), $(rustc --version), commit $(git rev-parse --short HEAD 2>/dev/null || cat COMMIT 2>/dev/null || echo unknown), $(date -u +%F)"
 echo
 echo "| mode | instructions @ N=$N1 | instructions @ N=$N2 | instructions per enter+exit pair | run (N=$N2) |"
 echo "|---|---:|---:|---:|---|"
