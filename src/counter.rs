@@ -14,7 +14,9 @@ use std::fmt;
 ///
 /// Memory follows real concurrency: shards are allocated on first use of a CID, so in steady state there are at
 /// most [`Group::max_cids`] of them (I2) — at most the number of cores the group may use — where a thread-id
-/// keyed counter has one per thread that ever counted.
+/// keyed counter has one per thread that ever counted. A thread descheduled inside an update makes the next
+/// thread on its core take a temporary CID, which may add a shard beyond `max_cids` (never beyond the group's
+/// hard CID bound); shards are kept until the counter drops.
 ///
 /// Arithmetic wraps (modulo 2^64): a [`sub`](ShardedCounter::sub) larger than the shard it lands on is fine, the
 /// total is still exact. What [`sum`](ShardedCounter::sum) promises while other threads count is documented

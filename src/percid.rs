@@ -499,6 +499,11 @@ impl<'a, T> Iterator for IterVisited<'a, T> {
 
 impl<T> FusedIterator for IterVisited<'_, T> {}
 
+// SAFETY: the iterator is an exclusive borrow of the `PerCid` that yields `&mut T`: moving it to another thread
+// moves those exclusive references, which needs `T: Send` (as for `&mut T: Send`); the raw segment pointer it
+// caches is only read while the borrow lasts.
+unsafe impl<T: Send> Send for IterVisited<'_, T> {}
+
 /// A [`PerCid`] used only through shared references: the crate-internal view under
 /// [`ShardedCounter`](crate::ShardedCounter). It never hands out `&mut T`, so a guard's `&T` may coexist with a reader's `&T`
 /// of the same shard; `T: Sync` makes that sound, and `T` is meant to be an atomic that the guard holder updates
