@@ -83,8 +83,7 @@ impl ShardedCounter {
     /// ```
     #[inline]
     pub fn add(&self, n: u64) {
-        let guard = self.group.enter();
-        bump(self.shards.get_unchecked(&guard), n);
+        crate::local::with_cid(&self.group, |cid| bump(self.shards.get_cid(cid), n));
     }
 
     /// Subtracts `n` (wrapping) from the calling thread: see [`add`](ShardedCounter::add). The shard it lands on
@@ -100,8 +99,7 @@ impl ShardedCounter {
     /// ```
     #[inline]
     pub fn sub(&self, n: u64) {
-        let guard = self.group.enter();
-        bump(self.shards.get_unchecked(&guard), n.wrapping_neg());
+        crate::local::with_cid(&self.group, |cid| bump(self.shards.get_cid(cid), n.wrapping_neg()));
     }
 
     /// Adds `n` (wrapping) on the shard of a guard the caller already holds: no enter, no exit.

@@ -534,7 +534,14 @@ impl<T: Send + Sync> SharedPerCid<T> {
     #[inline]
     pub(crate) fn get_unchecked(&self, guard: &CidGuard<'_>) -> &T {
         debug_assert_eq!(guard.group_id(), self.0.group_id, "guard of another group");
-        let shard = self.0.shard(guard.cid().get());
+        self.get_cid(guard.cid().get())
+    }
+
+    /// The shard of CID `cid`, allocated on first use. The caller holds `cid` through a guard (or an in-place
+    /// enter) of this group: only the holder installs a CID's shard (see `PerCid::shard`).
+    #[inline]
+    pub(crate) fn get_cid(&self, cid: usize) -> &T {
+        let shard = self.0.shard(cid);
         // SAFETY: the shard is live until the `PerCid` drops (needs `&mut`); only shared references to shards are
         // ever made through a `SharedPerCid` (no `get_mut`, `iter_visited` needs `&mut self`), and `T: Sync`.
         unsafe { &*shard.as_ptr() }

@@ -51,8 +51,9 @@ impl std::fmt::Display for Cid {
 pub(crate) enum Held {
     /// The registration's own CID (per-task ownership).
     Task(u32),
-    /// Core `cpu`'s CID, borrowed (per-CPU ownership); the slot is BUSY until exit.
-    Core { cpu: usize, cid: u32 },
+    /// Core `cpu`'s CID, borrowed (per-CPU ownership); the slot is BUSY until exit. (`u32` keeps `Entered` at
+    /// 16 bytes, returned in two registers.)
+    Core { cpu: u32, cid: u32 },
     /// A temporary CID, dropped at exit (the core's CID was in use).
     Temp(u32),
 }
@@ -159,23 +160,13 @@ impl Registration {
         }
     }
 
-    /// Enter (design.md §4.1). Fast paths: per-CPU, one CAS on the core's slot; per-task, no read-modify-write.
-    #[inline]
+    /// Enter (design.md §4.1). Fast paths: per-task, no read-modify-write (inlined); per-CPU, one CAS on the
+    /// core's slot.
+    #[inline(always)]
     pub(crate) fn enter_raw(&mut self) -> Entered {
         let g = &*self.group.inner;
         if g.hot.mode.load(Acquire) == PER_CPU {
-            let cpu = self.cpu_index();
-            let slot = &g.slots[cpu];
-            // Relaxed: only a hint, validated by the CAS.
-            let s = slot.load(Relaxed);
-            if let Some(c) = slot::idle_cid(s) {
-                // Acquire: pairs with the previous borrower's X1 Release store (I8).
-                if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
-                    self.rec.counters.bump(Ev::CpuFast);
-                    return Entered { held: Held::Core { cpu, cid: c }, running: false };
-                }
-            }
-            return self.enter_slow(false);
+            return self.enter_per_cpu();
         }
         // Relaxed: E1 of D-enter; ordered before E3 by the light barrier, and publishes nothing.
         self.rec.running.store(1, Relaxed);
@@ -192,6 +183,24 @@ impl Registration {
             return Entered { held: Held::Task(w), running: true };
         }
         self.enter_slow(true)
+    }
+
+    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot.
+    #[inline(never)]
+    fn enter_per_cpu(&mut self) -> Entered {
+        let g = &*self.group.inner;
+        let cpu = self.cpu_index();
+        let slot = &g.slots[cpu];
+        // Relaxed: only a hint, validated by the CAS.
+        let s = slot.load(Relaxed);
+        if let Some(c) = slot::idle_cid(s) {
+            // Acquire: pairs with the previous borrower's X1 Release store (I8).
+            if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
+                self.rec.counters.bump(Ev::CpuFast);
+                return Entered { held: Held::Core { cpu: cpu as u32, cid: c }, running: false };
+            }
+        }
+        self.enter_slow(false)
     }
 
     #[cold]
@@ -268,7 +277,7 @@ impl Registration {
                         g.bitmap.clear(x); // the core already owns one: ours is surplus
                         c.bump(Ev::BitmapClear);
                     }
-                    return Held::Core { cpu, cid: self.converge_core(cpu, owned, max) };
+                    return Held::Core { cpu: cpu as u32, cid: self.converge_core(cpu, owned, max) };
                 }
             } else if s == EMPTY {
                 let n = spare.take().unwrap_or_else(|| {
@@ -278,7 +287,7 @@ impl Registration {
                 });
                 // AcqRel: the donated CID's history travels with it to later borrowers.
                 if slot.compare_exchange(EMPTY, slot::busy(n), AcqRel, Acquire).is_ok() {
-                    return Held::Core { cpu, cid: self.converge_core(cpu, n, max) };
+                    return Held::Core { cpu: cpu as u32, cid: self.converge_core(cpu, n, max) };
                 }
                 spare = Some(n);
             } else {
@@ -331,23 +340,31 @@ impl Registration {
         cid
     }
 
-    /// Exit (design.md §4.2).
-    #[inline]
+    /// Exit (design.md §4.2). The per-task path is inlined; the others are out of line.
+    #[inline(always)]
     pub(crate) fn exit_raw(&mut self, entered: Entered) {
+        let Held::Task(w) = entered.held else {
+            return self.exit_other(entered);
+        };
+        let g = &*self.group.inner;
+        // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
+        self.rec.running.store(0, Release);
+        if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
+            g.light_barrier(); // X2: pairs with F2
+        }
+        let m = g.hot.mode.load(Acquire); // X3
+        if m != PER_TASK {
+            self.exit_slow_task(w, m);
+        }
+    }
+
+    #[inline(never)]
+    fn exit_other(&mut self, entered: Entered) {
         let g = &*self.group.inner;
         match entered.held {
-            Held::Task(w) => {
-                // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
-                self.rec.running.store(0, Release);
-                if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
-                    g.light_barrier(); // X2: pairs with F2
-                }
-                let m = g.hot.mode.load(Acquire); // X3
-                if m != PER_TASK {
-                    self.exit_slow_task(w, m);
-                }
-            }
+            Held::Task(_) => unreachable!("handled inline"),
             Held::Core { cpu, cid } => {
+                let cpu = cpu as usize;
                 if entered.running {
                     self.rec.running.store(0, Release);
                 }
@@ -492,7 +509,7 @@ impl<'a> CidGuard<'a> {
     pub fn kind(&self) -> CidKind {
         match self.entered.held {
             Held::Task(_) => CidKind::Task,
-            Held::Core { cpu, .. } => CidKind::Core(cpu),
+            Held::Core { cpu, .. } => CidKind::Core(cpu as usize),
             Held::Temp(_) => CidKind::Temporary,
         }
     }
