@@ -2,23 +2,22 @@
 //!
 //! ```text
 //! cargo run --release --example enter_exit_loop -- <mode> <iterations>
-//! mode: per-task | per-task-fallback | per-cpu | group-enter
+//! mode: per-task | per-task-fallback | per-cpu | group-enter | counter-add | counter-add-with
 //! ```
 //!
 //! `per-task` uses the default group (membarrier on the rare side, compiler fences on the hot side, where the
 //! kernel allows it), `per-task-fallback` forces full fences (`asymmetric_fences(false)`), `per-cpu` registers
 //! idle registrations so that `users > max_cids`, pins the thread and declares its core with `set_cpu`, and
-//! `group-enter` uses the thread-local convenience `Group::enter`. Running the loop at two `iterations` and
+//! `group-enter` uses the thread-local convenience `Group::enter`; `counter-add` is N `ShardedCounter::add(1)` (which
+//! enters through `Group::enter`) and `counter-add-with` is N `reg.enter()` + `ShardedCounter::add_with(&guard, 1)`. Running the loop at two `iterations` and
 //! dividing the difference in instructions by the difference in `iterations` gives instructions per pair, free of
 //! set-up costs.
 
-use mmcid::{CpuSet, Group, Mode, Registration};
+use mmcid::{CpuSet, Group, Mode, Registration, ShardedCounter};
 use std::hint::black_box;
 
 fn usage() -> ! {
-    eprintln!(
-        "usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|group-enter> <iterations>"
-    );
+    eprintln!("usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|group-enter> <iterations>");
     std::process::exit(2);
 }
 
@@ -43,19 +42,31 @@ fn pairs_local(group: &Group, n: u64) -> u64 {
     acc
 }
 
+#[inline(never)]
+fn adds(counter: &ShardedCounter, n: u64) -> u64 {
+    for _ in 0..n {
+        counter.add(1);
+    }
+    counter.sum()
+}
+
+#[inline(never)]
+fn adds_with(counter: &ShardedCounter, reg: &mut Registration, n: u64) -> u64 {
+    for _ in 0..n {
+        let guard = reg.enter();
+        counter.add_with(&guard, 1);
+    }
+    counter.sum()
+}
+
 fn main() -> Result<(), mmcid::Error> {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| usage());
-    let n: u64 = args
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| usage());
+    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage());
 
     let (group, acc, idle) = match mode.as_str() {
         "per-task" | "per-task-fallback" => {
-            let group = Group::builder()
-                .asymmetric_fences(mode == "per-task")
-                .build()?;
+            let group = Group::builder().asymmetric_fences(mode == "per-task").build()?;
             let mut reg = group.register();
             let acc = pairs(&mut reg, black_box(n));
             (group, acc, vec![reg])
@@ -67,13 +78,8 @@ fn main() -> Result<(), mmcid::Error> {
                 eprintln!("note: could not pin to CPU {cpu}");
             }
             let group = Group::builder().cpus(cpus).build()?;
-            let mut idle: Vec<Registration> =
-                (0..group.cores() + 1).map(|_| group.register()).collect();
-            assert_eq!(
-                group.mode(),
-                Mode::PerCpu,
-                "idle registrations must force per-CPU mode"
-            );
+            let mut idle: Vec<Registration> = (0..group.cores() + 1).map(|_| group.register()).collect();
+            assert_eq!(group.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
             let mut reg = group.register();
             reg.set_cpu(Some(cpu))?;
             let acc = pairs(&mut reg, black_box(n));
@@ -84,6 +90,19 @@ fn main() -> Result<(), mmcid::Error> {
             let group = Group::new();
             let acc = pairs_local(&group, black_box(n));
             (group, acc, Vec::new())
+        }
+        "counter-add" => {
+            let group = Group::new();
+            let counter = ShardedCounter::new(&group);
+            let acc = adds(&counter, black_box(n));
+            (group, acc, Vec::new())
+        }
+        "counter-add-with" => {
+            let group = Group::new();
+            let counter = ShardedCounter::new(&group);
+            let mut reg = group.register();
+            let acc = adds_with(&counter, &mut reg, black_box(n));
+            (group, acc, vec![reg])
         }
         _ => usage(),
     };
