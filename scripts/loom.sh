@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the loom models of mmcid (loom-tests/, docs/loom.md): release build with debug assertions, --cfg loom, its
+# own target directory (target/loom) so the normal build is never invalidated, LOOM_MAX_PREEMPTIONS=2 unless the
+# caller sets it. Exits non-zero if any model fails or any mutant is not rejected.
+#
+#   scripts/loom.sh                          # the CI run (P=2)
+#   LOOM_MAX_PREEMPTIONS=3 scripts/loom.sh   # the deeper, documented run
+#   scripts/loom.sh --test m3_enter_vs_task_to_cpu -- --nocapture   # one file, with iteration counts
+set -euo pipefail
+cd "$(dirname "$0")/../loom-tests"
+export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
+export RUSTFLAGS="--cfg loom -C debug-assertions"
+export CARGO_TARGET_DIR="${LOOM_TARGET_DIR:-$(cd .. && pwd)/target/loom}"
+export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
+echo "loom: LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS target=$CARGO_TARGET_DIR" >&2
+start=$(date +%s)
+if [ "$#" -eq 0 ]; then
+    set -- --tests
+fi
+cargo test --release "$@"
+echo "loom: suite finished in $(( $(date +%s) - start ))s" >&2
