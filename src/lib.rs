@@ -51,6 +51,7 @@ mod group;
 #[cfg(not(loom))]
 mod local;
 mod percid;
+pub mod policy;
 mod registration;
 #[cfg(not(loom))]
 mod runtime;
