@@ -1,0 +1,435 @@
+//! The runtime: pinning verified on every core, CIDs exclusive and compact across runtime threads in both modes,
+//! panics propagated and released (I7), typed errors for every bad input (I9), the thread view, joining on drop.
+
+use mmcid::{current, CidKind, CpuSet, Error, Group, Mode, Runtime};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+
+fn sched_getcpu() -> usize {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    assert!(cpu >= 0, "sched_getcpu failed");
+    cpu as usize
+}
+
+/// An independent exclusivity check: one counter per CID, which must go 0 → 1 at enter and back before drop.
+struct Occupancy(Vec<AtomicUsize>);
+
+impl Occupancy {
+    fn new(n: usize) -> Occupancy {
+        Occupancy((0..n).map(|_| AtomicUsize::new(0)).collect())
+    }
+
+    fn take(&self, cid: usize) {
+        let before = self.0[cid].fetch_add(1, Ordering::SeqCst);
+        assert_eq!(before, 0, "CID {cid} held by two live guards at once (I1)");
+    }
+
+    fn give(&self, cid: usize) {
+        self.0[cid].fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A barrier that a panicking participant breaks, so a failed assertion fails the test instead of hanging it
+/// (every other participant then panics at its next `wait`).
+struct Phases {
+    state: Mutex<(usize, usize, bool)>, // (generation, arrived, broken)
+    changed: Condvar,
+    parties: usize,
+}
+
+impl Phases {
+    fn new(parties: usize) -> Phases {
+        Phases { state: Mutex::new((0, 0, false)), changed: Condvar::new(), parties }
+    }
+
+    fn wait(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(!st.2, "another participant panicked");
+        let generation = st.0;
+        st.1 += 1;
+        if st.1 == self.parties {
+            *st = (generation + 1, 0, false);
+            self.changed.notify_all();
+            return;
+        }
+        while st.0 == generation && !st.2 {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        assert!(!st.2, "another participant panicked");
+    }
+
+    /// Breaks the barrier if the calling thread unwinds while this is alive.
+    fn breaker(&self) -> Breaker<'_> {
+        Breaker(self)
+    }
+}
+
+struct Breaker<'a>(&'a Phases);
+
+impl Drop for Breaker<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.state.lock().unwrap_or_else(|e| e.into_inner()).2 = true;
+            self.0.changed.notify_all();
+        }
+    }
+}
+
+#[test]
+fn pinning_is_verified_on_every_core() {
+    let rt = Runtime::new().unwrap();
+    let all: Vec<usize> = CpuSet::current().unwrap().iter().collect();
+    assert_eq!(rt.cpus().iter().collect::<Vec<_>>(), all);
+    let handles = rt.spawn_per_cpu(|ctx| {
+        let cpu = ctx.cpu();
+        assert_eq!(ctx.registration().cpu(), Some(cpu));
+        for i in 0..300 {
+            assert_eq!(sched_getcpu(), cpu, "runtime thread left its core");
+            let view = current().unwrap();
+            assert_eq!((view.cpu(), view.is_pinned()), (cpu, true));
+            if i % 16 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        cpu
+    });
+    let mut seen: Vec<usize> = handles
+        .into_iter()
+        .map(|h| {
+            let planned = h.cpu();
+            let cpu = h.join().unwrap();
+            assert_eq!(cpu, planned);
+            cpu
+        })
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, all, "one thread on every core");
+    assert_eq!(rt.live_threads(), 0);
+    assert_eq!(rt.group().users(), 0);
+}
+
+#[test]
+fn spawn_places_round_robin_and_oversubscribes_beyond_capacity() {
+    let rt = Runtime::new().unwrap();
+    let cpus: Vec<usize> = rt.cpus().iter().collect();
+    let n = cpus.len();
+    let phases = Arc::new(Phases::new(2 * n + 1));
+    let _breaker = phases.breaker();
+    let handles: Vec<_> = (0..2 * n)
+        .map(|_| {
+            let phases = Arc::clone(&phases);
+            rt.spawn(move |ctx| {
+                let _breaker = phases.breaker();
+                phases.wait(); // all 2n threads registered and alive at once
+                phases.wait(); // checked
+                (ctx.cpu(), sched_getcpu(), ctx.index())
+            })
+        })
+        .collect();
+    phases.wait();
+    let planned: Vec<usize> = handles.iter().map(|h| h.cpu()).collect();
+    let expected: Vec<usize> = (0..2 * n).map(|i| cpus[i % n]).collect();
+    assert_eq!(planned, expected, "round-robin over the runtime's cores");
+    assert_eq!(rt.live_threads(), 2 * n);
+    assert_eq!(rt.group().users(), 2 * n);
+    assert_eq!(rt.group().mode(), Mode::PerCpu, "oversubscribed: the cores own the CIDs");
+    phases.wait();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join().unwrap(), (expected[i], expected[i], i));
+    }
+    assert_eq!(rt.live_threads(), 0);
+    assert_eq!(rt.group().users(), 0);
+}
+
+/// Runs `threads_per_cpu` threads per core looping enter/exit, each CID checked by an independent occupancy
+/// counter; returns the group and the kinds of guards seen.
+fn exclusivity_run(threads_per_cpu: usize, expect: Mode) -> (Group, Vec<CidKind>) {
+    const ROUNDS: usize = 1500;
+    let rt = Runtime::builder().threads_per_cpu(threads_per_cpu).build().unwrap();
+    let group = rt.group().clone();
+    let users = rt.capacity();
+    let hard = users + group.cores(); // I2 hard bound
+    let occupancy = Occupancy::new(hard);
+    let phase = Phases::new(users + 1);
+    let kinds = std::sync::Mutex::new(Vec::new());
+    rt.scope(|s| {
+        let _breaker = phase.breaker(); // inside the scope: it must break before the scope joins
+        let handles = s.spawn_per_cpu(|ctx| {
+            let _breaker = phase.breaker();
+            let cpu = ctx.cpu();
+            phase.wait(); // everyone registered: membership is now fixed
+            drop(ctx.enter()); // every thread has entered once since the last change (steady state)
+            phase.wait();
+            let mut mine = Vec::new();
+            let mut seen = Vec::with_capacity(ROUNDS);
+            for i in 0..ROUNDS {
+                let guard = ctx.enter();
+                let cid = guard.cid().get();
+                assert!(cid < hard, "CID {cid} beyond users + cores = {hard} (I2)");
+                occupancy.take(cid);
+                assert_eq!(current().unwrap().cid(), Some(cid));
+                match guard.kind() {
+                    CidKind::Core(c) => assert_eq!(c, cpu, "borrowed another core's CID"),
+                    CidKind::Task => {
+                        // Per-task steady state: compact (I2 soft) and stable (I3).
+                        assert!(cid < group.max_cids(), "CID {cid} >= max_cids {}", group.max_cids());
+                        mine.push(cid);
+                    }
+                    CidKind::Temporary => {}
+                }
+                if i % 4 == 0 {
+                    std::thread::yield_now(); // let a thread on the same core find our CID busy
+                }
+                seen.push(guard.kind());
+                occupancy.give(cid);
+                drop(guard);
+            }
+            kinds.lock().unwrap().extend(seen);
+            mine.dedup();
+            assert!(mine.len() <= 1, "per-task CID changed while membership was fixed: {mine:?} (I3)");
+            phase.wait(); // loops done: quiescent
+            phase.wait(); // audited
+        });
+        phase.wait();
+        phase.wait();
+        assert_eq!(group.mode(), expect);
+        phase.wait();
+        let audit = group.audit();
+        assert!(audit.is_consistent(), "{audit:?}");
+        assert_eq!(group.stats().cids_in_use, audit.owners as u64, "I5");
+        match expect {
+            Mode::PerTask => assert_eq!(audit.owners, users, "one CID per registration"),
+            _ => assert!(audit.owners <= rt.cpus().len(), "at most one CID per runtime core"),
+        }
+        phase.wait();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    assert_eq!(group.users(), 0);
+    assert_eq!(group.stats().cids_in_use, 0, "I5: nothing marked once the last thread left");
+    let kinds = kinds.into_inner().unwrap();
+    assert_eq!(kinds.len(), users * ROUNDS);
+    (group, kinds)
+}
+
+#[test]
+fn cids_are_exclusive_and_compact_per_task_one_thread_per_core() {
+    let (group, kinds) = exclusivity_run(1, Mode::PerTask);
+    assert!(kinds.iter().all(|k| *k == CidKind::Task), "per-task mode hands out registration CIDs");
+    assert!(group.stats().enter_task_fast > 0);
+}
+
+#[test]
+fn cids_are_exclusive_per_cpu_with_three_threads_per_core() {
+    let (group, kinds) = exclusivity_run(3, Mode::PerCpu);
+    assert!(kinds.iter().any(|k| matches!(k, CidKind::Core(_))), "per-CPU mode borrows the cores' CIDs");
+    assert!(kinds.iter().all(|k| *k != CidKind::Task));
+    assert!(group.stats().enter_cpu_fast > 0);
+}
+
+#[test]
+fn a_panic_propagates_through_join_and_releases_its_cid() {
+    let rt = Runtime::new().unwrap();
+    let group = rt.group().clone();
+    let (go, wait) = mpsc::channel::<()>();
+    let bystander = rt.spawn(move |ctx| {
+        drop(ctx.enter());
+        wait.recv().unwrap();
+        7
+    });
+    let doomed = rt.spawn(|ctx| {
+        let cpu = ctx.cpu();
+        let _guard = ctx.enter();
+        panic!("boom on core {cpu}");
+    });
+    let cpu = doomed.cpu();
+    let payload = doomed.join().unwrap_err();
+    assert_eq!(payload.downcast_ref::<String>(), Some(&format!("boom on core {cpu}")));
+    // The bystander is registered and outside any guard: the group is quiescent.
+    assert_eq!(group.users(), 1, "the panicking thread's registration was dropped while unwinding (I7)");
+    let audit = group.audit();
+    assert!(audit.is_consistent(), "{audit:?}");
+    assert_eq!(group.stats().cids_in_use, audit.owners as u64);
+    assert_eq!(audit.owners, 1);
+    go.send(()).unwrap();
+    assert_eq!(bystander.join().unwrap(), 7);
+    assert_eq!(group.users(), 0);
+    assert_eq!(group.stats().cids_in_use, 0);
+    assert_eq!(rt.live_threads(), 0);
+}
+
+#[test]
+fn scoped_panics_propagate_too() {
+    let rt = Runtime::new().unwrap();
+    let joined = rt.scope(|s| {
+        s.spawn(|ctx| {
+            let _guard = ctx.enter();
+            std::panic::panic_any(41usize);
+        })
+        .join()
+    });
+    assert_eq!(joined.unwrap_err().downcast_ref::<usize>(), Some(&41));
+    // Not joined: the scope itself panics once every thread is done, so the panic is not lost.
+    let unjoined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.scope(|s| {
+            s.spawn(|ctx| {
+                let _guard = ctx.enter();
+                std::panic::resume_unwind(Box::new("quiet"));
+            });
+        })
+    }));
+    assert!(unjoined.is_err());
+    assert_eq!(rt.group().users(), 0);
+    assert_eq!(rt.group().stats().cids_in_use, 0);
+    assert!(rt.group().audit().is_consistent());
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    assert_eq!(Runtime::builder().threads_per_cpu(0).build().unwrap_err(), Error::ZeroThreads);
+    // An empty set cannot even be made: every public constructor refuses it.
+    assert_eq!(CpuSet::from_cpus([]).unwrap_err(), Error::EmptyCpuSet);
+    assert_eq!(CpuSet::virtual_set([]).unwrap_err(), Error::EmptyCpuSet);
+    // A virtual set is re-validated as real cores.
+    let far = 100_000;
+    match Runtime::builder().cpus(CpuSet::virtual_set([far]).unwrap()).build().unwrap_err() {
+        Error::CpuOutOfRange { cpu, possible } => assert!(cpu == far && possible <= far),
+        other => panic!("expected CpuOutOfRange, got {other:?}"),
+    }
+    // A group that may not use a runtime core; the group is left untouched.
+    let all = CpuSet::current().unwrap();
+    let cpus: Vec<usize> = all.iter().collect();
+    let virt = Group::builder().virtual_cpus(1).build().unwrap();
+    match cpus.iter().find(|&&c| c >= 1) {
+        Some(&c) => assert_eq!(
+            Runtime::builder().cpus(all.clone()).group(virt.clone()).build().unwrap_err(),
+            Error::CpuNotInGroup { cpu: c }
+        ),
+        None => assert!(Runtime::builder().cpus(all.clone()).group(virt.clone()).build().is_ok()),
+    }
+    assert_eq!(virt.users(), 0);
+    if cpus.len() < 2 {
+        eprintln!("one core only: CpuNotAllowed and the one-core group case need two");
+        return;
+    }
+    let small = Group::builder().cpus(CpuSet::from_cpus([cpus[0]]).unwrap()).build().unwrap();
+    assert_eq!(
+        Runtime::builder().cpus(all.clone()).group(small.clone()).build().unwrap_err(),
+        Error::CpuNotInGroup { cpu: cpus[1] }
+    );
+    assert_eq!(small.users(), 0);
+    // Inside a runtime thread the affinity mask is one core: a set made outside names cores it may not use.
+    let rt = Runtime::builder().cpus(CpuSet::from_cpus([cpus[0]]).unwrap()).build().unwrap();
+    let (inner, default) = rt
+        .spawn(move |_| {
+            let inner = Runtime::builder().cpus(all).build().map(|_| ());
+            let default = Runtime::new().map(|rt| rt.cpus().clone());
+            (inner, default)
+        })
+        .join()
+        .unwrap();
+    assert_eq!(inner, Err(Error::CpuNotAllowed { cpu: cpus[1] }));
+    assert_eq!(default.unwrap(), CpuSet::from_cpus([cpus[0]]).unwrap(), "default: the thread's mask");
+}
+
+#[test]
+fn current_agrees_with_the_guard() {
+    // A thread the runtime did not start: its core comes from sched_getcpu, it is not pinned.
+    let view = current().unwrap();
+    assert!(!view.is_pinned());
+    assert!(view.cpu() < 4096);
+    assert_eq!(view.cid(), None);
+    let group = Group::new();
+    {
+        let guard = group.enter();
+        assert_eq!(current().unwrap().cid(), Some(guard.cid().get()));
+    }
+    assert_eq!(current().unwrap().cid(), None);
+
+    let rt = Runtime::new().unwrap();
+    let other = group.clone();
+    rt.spawn(move |ctx| {
+        let cpu = ctx.cpu();
+        let view = current().unwrap();
+        assert_eq!((view.cpu(), view.is_pinned(), view.cid()), (cpu, true, None));
+        for _ in 0..50 {
+            let guard = ctx.enter();
+            let cid = guard.cid().get();
+            assert_eq!(current().unwrap().cid(), Some(cid));
+            {
+                let inner = other.enter(); // another group: the view shows the innermost guard
+                assert_eq!(current().unwrap().cid(), Some(inner.cid().get()));
+            }
+            assert_eq!(current().unwrap().cid(), Some(cid), "restored when the inner guard drops");
+            assert_eq!(current().unwrap().cpu(), cpu);
+            drop(guard);
+            assert_eq!(current().unwrap().cid(), None);
+        }
+        other.leave_thread();
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn dropping_the_runtime_joins_its_threads() {
+    let rt = Runtime::new().unwrap();
+    let group = rt.group().clone();
+    let n = rt.cpus().len();
+    let done = Arc::new(AtomicUsize::new(0));
+    let kept = {
+        let done = Arc::clone(&done);
+        rt.spawn(move |ctx| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            done.fetch_add(1, Ordering::SeqCst);
+            ctx.cpu()
+        })
+    };
+    for _ in 0..n {
+        let done = Arc::clone(&done);
+        let group = group.clone();
+        drop(rt.spawn(move |ctx| {
+            drop(ctx.enter());
+            // A thread-local registration, dropped only at thread exit: joining means waiting for that too.
+            drop(group.enter());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            done.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    drop(rt);
+    assert_eq!(done.load(Ordering::SeqCst), n + 1, "every thread finished before drop returned");
+    assert_eq!(group.users(), 0, "thread-exit destructors ran too");
+    assert_eq!(group.stats().cids_in_use, 0);
+    assert!(kept.is_finished());
+    let cpu = kept.cpu();
+    assert_eq!(kept.join().unwrap(), cpu, "a result outlives the runtime in its handle");
+}
+
+#[test]
+fn a_runtime_dropped_by_its_own_thread_joins_the_others() {
+    let rt = Arc::new(Runtime::new().unwrap());
+    let group = rt.group().clone();
+    let finished = Arc::new(AtomicBool::new(false));
+    let other = {
+        let finished = Arc::clone(&finished);
+        rt.spawn(move |_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            finished.store(true, Ordering::SeqCst);
+        })
+    };
+    let (go, wait) = mpsc::channel::<()>();
+    let own = Arc::clone(&rt);
+    let finished2 = Arc::clone(&finished);
+    let last = rt.spawn(move |_| {
+        wait.recv().unwrap();
+        drop(own); // the last reference: Runtime::drop runs here, on one of its own threads
+        finished2.load(Ordering::SeqCst)
+    });
+    drop(rt);
+    go.send(()).unwrap();
+    assert!(last.join().unwrap(), "the other thread was joined by the drop");
+    other.join().unwrap();
+    assert_eq!(group.users(), 0);
+}
