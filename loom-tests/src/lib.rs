@@ -94,11 +94,7 @@ mod harness {
 
     impl Drop for Report {
         fn drop(&mut self) {
-            let verdict = if std::thread::panicking() {
-                "FAILED (as a mutant must)"
-            } else {
-                "passed"
-            };
+            let verdict = if std::thread::panicking() { "FAILED (as a mutant must)" } else { "passed" };
             eprintln!(
                 "loom model {}: {} after {} iterations in {:.2?} (preemption bound {:?})",
                 self.name,
@@ -136,10 +132,7 @@ mod harness {
 
     impl Clone for Cids {
         fn clone(&self) -> Self {
-            Cids {
-                cells: self.cells.clone(),
-                guards: self.guards.clone(),
-            }
+            Cids { cells: self.cells.clone(), guards: self.guards.clone() }
         }
     }
 
@@ -147,9 +140,7 @@ mod harness {
         /// Cells for CIDs `0..bound`; `bound` is the hard range bound `users + cores` of the model.
         pub fn new(bound: usize) -> Cids {
             Cids {
-                cells: (0..bound)
-                    .map(|_| Cell(loom::cell::UnsafeCell::new(0)))
-                    .collect(),
+                cells: (0..bound).map(|_| Cell(loom::cell::UnsafeCell::new(0))).collect(),
                 guards: std::sync::Arc::new(AtomicUsize::new(0)),
             }
         }
@@ -180,11 +171,7 @@ mod harness {
         pub fn check_total(&self) {
             // SAFETY: every thread that touched a cell has been joined (happens-before this read).
             let sum: usize = self.cells.iter().map(|c| c.0.with(|p| unsafe { *p })).sum();
-            assert_eq!(
-                sum,
-                self.guards.load(Relaxed),
-                "per-CID data lost an update"
-            );
+            assert_eq!(sum, self.guards.load(Relaxed), "per-CID data lost an update");
         }
     }
 
@@ -193,31 +180,16 @@ mod harness {
     /// owners of the right kind for the mode (registrations in per-task mode, cores in per-CPU mode).
     pub fn quiescent(group: &Group, regs: &[&Reg]) {
         let audit = group.audit();
-        assert!(
-            audit.duplicates.is_empty(),
-            "CID owned twice at quiescence (I1): {audit:?}"
-        );
-        assert!(
-            audit.unmarked.is_empty(),
-            "owned CID not marked in the bitmap: {audit:?}"
-        );
-        assert_eq!(
-            audit.bits, audit.owners,
-            "bitmap population != owners (leak, I5): {audit:?}"
-        );
+        assert!(audit.duplicates.is_empty(), "CID owned twice at quiescence (I1): {audit:?}");
+        assert!(audit.unmarked.is_empty(), "owned CID not marked in the bitmap: {audit:?}");
+        assert_eq!(audit.bits, audit.owners, "bitmap population != owners (leak, I5): {audit:?}");
         let task_owned = regs.iter().filter(|r| r.cid().is_some()).count();
         match group.mode() {
             Mode::PerCpu => {
-                assert_eq!(
-                    task_owned, 0,
-                    "a registration owns a CID in per-CPU mode (leak, I5): {audit:?}"
-                )
+                assert_eq!(task_owned, 0, "a registration owns a CID in per-CPU mode (leak, I5): {audit:?}")
             }
             Mode::PerTask => {
-                assert_eq!(
-                    audit.owners, task_owned,
-                    "a core owns a CID in per-task mode (leak, I5): {audit:?}"
-                )
+                assert_eq!(audit.owners, task_owned, "a core owns a CID in per-task mode (leak, I5): {audit:?}")
             }
             m => panic!("switch left unfinished at quiescence: {m:?}"),
         }
@@ -226,16 +198,8 @@ mod harness {
     /// After the last registration is gone: every CID is free (I5).
     pub fn all_free(group: &Group) {
         let audit = group.audit();
-        assert_eq!(
-            (audit.bits, audit.owners),
-            (0, 0),
-            "CIDs left after the last registration (I5): {audit:?}"
-        );
+        assert_eq!((audit.bits, audit.owners), (0, 0), "CIDs left after the last registration (I5): {audit:?}");
         assert_eq!(group.users(), 0);
-        assert_eq!(
-            group.mode(),
-            Mode::PerTask,
-            "the group must return to per-task mode at zero users"
-        );
+        assert_eq!(group.mode(), Mode::PerTask, "the group must return to per-task mode at zero users");
     }
 }

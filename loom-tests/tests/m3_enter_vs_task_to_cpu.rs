@@ -14,11 +14,7 @@ use mmcid_loom_tests::{all_free, model, quiescent, Cids, Reg};
 
 fn scenario(name: &'static str, mutant: Mutant) {
     model(name, move || {
-        let group = Group::builder()
-            .virtual_cpus(1)
-            .mutant(mutant)
-            .build()
-            .unwrap();
+        let group = Group::builder().virtual_cpus(1).mutant(mutant).build().unwrap();
         let cids = Cids::new(2 + 1);
         let mut r1 = Reg::new(&group, 0);
         assert_eq!(r1.cid().map(|c| c.get()), Some(0));
@@ -55,10 +51,7 @@ fn enter_vs_task_to_cpu() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn enter_vs_task_to_cpu_mutant_running_check() {
-    scenario(
-        "enter_vs_task_to_cpu_mutant_running_check",
-        Mutant::FixupIgnoresRunning,
-    );
+    scenario("enter_vs_task_to_cpu_mutant_running_check", Mutant::FixupIgnoresRunning);
 }
 
 /// F2 removed (dossier O2): only the enter side of D-enter fences, so T1 can read the old mode after the flip
@@ -66,20 +59,14 @@ fn enter_vs_task_to_cpu_mutant_running_check() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn enter_vs_task_to_cpu_mutant_fixup_barrier() {
-    scenario(
-        "enter_vs_task_to_cpu_mutant_fixup_barrier",
-        Mutant::NoFixupBarrier,
-    );
+    scenario("enter_vs_task_to_cpu_mutant_fixup_barrier", Mutant::NoFixupBarrier);
 }
 
 /// E2 removed: the same store-buffering outcome from the other side of D-enter.
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn enter_vs_task_to_cpu_mutant_enter_barrier() {
-    scenario(
-        "enter_vs_task_to_cpu_mutant_enter_barrier",
-        Mutant::NoEnterBarrier,
-    );
+    scenario("enter_vs_task_to_cpu_mutant_enter_barrier", Mutant::NoEnterBarrier);
 }
 
 /// X2 removed (D-exit): the walk reads `running == 1` and skips the word, T1's exit reads the old mode and keeps
@@ -87,8 +74,5 @@ fn enter_vs_task_to_cpu_mutant_enter_barrier() {
 #[test]
 #[should_panic(expected = "a registration owns a CID in per-CPU mode")]
 fn enter_vs_task_to_cpu_mutant_exit_barrier() {
-    scenario(
-        "enter_vs_task_to_cpu_mutant_exit_barrier",
-        Mutant::NoExitBarrier,
-    );
+    scenario("enter_vs_task_to_cpu_mutant_exit_barrier", Mutant::NoExitBarrier);
 }

@@ -12,12 +12,7 @@ use mmcid::{CidKind, Group, Mode, Mutant};
 use mmcid_loom_tests::{all_free, model, quiescent, Cids, Reg};
 
 fn group(mutant: Mutant) -> Group {
-    Group::builder()
-        .virtual_cpus(4)
-        .cpus_virtual([0, 1])
-        .mutant(mutant)
-        .build()
-        .unwrap()
+    Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).mutant(mutant).build().unwrap()
 }
 
 /// T1 borrows core 0's CID (its slot is BUSY and its registration word is UNSET, the kernel's "running task with
@@ -69,10 +64,7 @@ fn borrower_vs_cpu_to_task_sweep() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn borrower_vs_cpu_to_task_sweep_mutant_busy_check() {
-    borrower_vs_sweep(
-        "borrower_vs_cpu_to_task_sweep_mutant_busy_check",
-        Mutant::FixupIgnoresBusy,
-    );
+    borrower_vs_sweep("borrower_vs_cpu_to_task_sweep_mutant_busy_check", Mutant::FixupIgnoresBusy);
 }
 
 /// X2 removed from the core exit (D-core): the sweep saw the slot BUSY, T1's exit reads the old mode: core 0 keeps
@@ -80,20 +72,14 @@ fn borrower_vs_cpu_to_task_sweep_mutant_busy_check() {
 #[test]
 #[should_panic(expected = "a core owns a CID in per-task mode")]
 fn borrower_vs_cpu_to_task_sweep_mutant_exit_barrier() {
-    borrower_vs_sweep(
-        "borrower_vs_cpu_to_task_sweep_mutant_exit_barrier",
-        Mutant::NoExitBarrier,
-    );
+    borrower_vs_sweep("borrower_vs_cpu_to_task_sweep_mutant_exit_barrier", Mutant::NoExitBarrier);
 }
 
 /// F2 removed from the CPU → task switch: the same leak from the fixup's side of D-core.
 #[test]
 #[should_panic(expected = "a core owns a CID in per-task mode")]
 fn borrower_vs_cpu_to_task_sweep_mutant_fixup_barrier() {
-    borrower_vs_sweep(
-        "borrower_vs_cpu_to_task_sweep_mutant_fixup_barrier",
-        Mutant::NoFixupBarrier,
-    );
+    borrower_vs_sweep("borrower_vs_cpu_to_task_sweep_mutant_fixup_barrier", Mutant::NoFixupBarrier);
 }
 
 /// A registration that entered in per-CPU mode keeps an UNSET word after the switch back to per-task mode until
@@ -144,8 +130,5 @@ fn unset_word_vs_task_to_cpu_walk() {
 #[test]
 #[should_panic(expected = "cleared a CID beyond the bitmap")]
 fn unset_word_vs_task_to_cpu_walk_mutant_unset_check() {
-    unset_word_vs_task_to_cpu(
-        "unset_word_vs_task_to_cpu_walk_mutant_unset_check",
-        Mutant::FixupTakesUnset,
-    );
+    unset_word_vs_task_to_cpu("unset_word_vs_task_to_cpu_walk_mutant_unset_check", Mutant::FixupTakesUnset);
 }
