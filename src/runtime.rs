@@ -767,8 +767,9 @@ impl<T> JoinHandle<T> {
     /// ```
     /// let rt = mmcid::Runtime::new()?;
     /// let h = rt.spawn(|ctx| {
+    ///     let first = ctx.index() == 0; // read before entering: the guard borrows the context
     ///     let _guard = ctx.enter();
-    ///     if ctx.index() == 0 {
+    ///     if first {
     ///         std::panic::resume_unwind(Box::new("boom")); // like panic!, without the message on stderr
     ///     }
     /// });
