@@ -147,6 +147,7 @@ mod imp {
     pub(crate) fn affinity() -> Result<Vec<usize>, i32> {
         Ok(vec![0, 1])
     }
+    #[allow(dead_code)] // only the runtime pins, and loom builds leave it out
     pub(crate) fn pin_current(_cpu: usize) -> Result<(), i32> {
         Ok(())
     }
