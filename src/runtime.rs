@@ -104,12 +104,7 @@ pub struct RuntimeBuilder {
 
 impl Default for RuntimeBuilder {
     fn default() -> Self {
-        RuntimeBuilder {
-            cpus: None,
-            threads_per_cpu: 1,
-            group: None,
-            stack_size: None,
-        }
+        RuntimeBuilder { cpus: None, threads_per_cpu: 1, group: None, stack_size: None }
     }
 }
 
@@ -164,10 +159,7 @@ impl RuntimeBuilder {
         let group = match self.group {
             Some(group) => {
                 let allowed = group.cpus();
-                if let Some(cpu) = cpus
-                    .iter()
-                    .find(|&c| !allowed.contains(c) || c >= group.cores())
-                {
+                if let Some(cpu) = cpus.iter().find(|&c| !allowed.contains(c) || c >= group.cores()) {
                     return Err(Error::CpuNotInGroup { cpu });
                 }
                 group
@@ -175,12 +167,7 @@ impl RuntimeBuilder {
             None => Group::builder().cpus(cpus.clone()).build()?,
         };
         probe(&cpus)?;
-        Ok(Runtime::unchecked(
-            cpus,
-            self.threads_per_cpu,
-            group,
-            self.stack_size,
-        ))
+        Ok(Runtime::unchecked(cpus, self.threads_per_cpu, group, self.stack_size))
     }
 }
 
@@ -209,19 +196,13 @@ fn probe(cpus: &CpuSet) -> Result<(), Error> {
                 thread::Builder::new()
                     .name(format!("mmcid-probe{cpu}"))
                     .spawn_scoped(s, move || pin_and_verify(cpu))
-                    .map_err(|e| Error::Spawn {
-                        reason: e.to_string(),
-                    })
+                    .map_err(|e| Error::Spawn { reason: e.to_string() })
             })
             .collect();
         let mut first = Ok(());
         for p in probes {
             let result = p.and_then(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Spawn {
-                        reason: "the probe thread panicked".into(),
-                    })
-                })
+                h.join().unwrap_or_else(|_| Err(Error::Spawn { reason: "the probe thread panicked".into() }))
             });
             if first.is_ok() {
                 first = result;
@@ -233,26 +214,12 @@ fn probe(cpus: &CpuSet) -> Result<(), Error> {
 
 /// Pins the calling thread to `cpu` and checks that it runs there.
 fn pin_and_verify(cpu: usize) -> Result<(), Error> {
-    let os = |what: &str, errno: i32| {
-        format!(
-            "{what} failed: {}",
-            std::io::Error::from_raw_os_error(errno)
-        )
-    };
-    sys::pin_current(cpu).map_err(|errno| Error::PinFailed {
-        cpu,
-        reason: os("sched_setaffinity", errno),
-    })?;
+    let os = |what: &str, errno: i32| format!("{what} failed: {}", std::io::Error::from_raw_os_error(errno));
+    sys::pin_current(cpu).map_err(|errno| Error::PinFailed { cpu, reason: os("sched_setaffinity", errno) })?;
     match sys::try_current_cpu() {
         Ok(now) if now == cpu => Ok(()),
-        Ok(now) => Err(Error::PinFailed {
-            cpu,
-            reason: format!("the thread runs on CPU {now} after pinning"),
-        }),
-        Err(errno) => Err(Error::PinFailed {
-            cpu,
-            reason: os("sched_getcpu", errno),
-        }),
+        Ok(now) => Err(Error::PinFailed { cpu, reason: format!("the thread runs on CPU {now} after pinning") }),
+        Err(errno) => Err(Error::PinFailed { cpu, reason: os("sched_getcpu", errno) }),
     }
 }
 
@@ -268,29 +235,12 @@ impl Runtime {
         Runtime::builder().build()
     }
 
-    fn unchecked(
-        cpus: CpuSet,
-        threads_per_cpu: usize,
-        group: Group,
-        stack_size: Option<usize>,
-    ) -> Runtime {
+    fn unchecked(cpus: CpuSet, threads_per_cpu: usize, group: Group, stack_size: Option<usize>) -> Runtime {
         let cpu_list: Vec<usize> = cpus.iter().collect();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                live: vec![0; cpu_list.len()],
-                cursor: 0,
-                next: 0,
-                threads: BTreeMap::new(),
-            }),
+            state: Mutex::new(State { live: vec![0; cpu_list.len()], cursor: 0, next: 0, threads: BTreeMap::new() }),
         });
-        Runtime {
-            group,
-            cpus,
-            cpu_list,
-            threads_per_cpu,
-            stack_size,
-            shared,
-        }
+        Runtime { group, cpus, cpu_list, threads_per_cpu, stack_size, shared }
     }
 
     /// The group every runtime thread is registered in.
@@ -413,10 +363,7 @@ impl Runtime {
         Launch {
             builder,
             start: Start {
-                seat: Seat {
-                    shared: Arc::clone(&self.shared),
-                    pos,
-                },
+                seat: Seat { shared: Arc::clone(&self.shared), pos },
                 cpu,
                 index,
                 group: self.group.clone(),
@@ -436,32 +383,17 @@ impl Runtime {
         let thread = match builder.spawn(move || start.run(f)) {
             Ok(handle) => {
                 let thread = handle.thread().clone();
-                let entry = Entry {
-                    handle,
-                    packet: Arc::clone(&packet),
-                };
-                self.shared
-                    .state
-                    .lock()
-                    .threads
-                    .insert(index, Box::new(entry));
+                let entry = Entry { handle, packet: Arc::clone(&packet) };
+                self.shared.state.lock().threads.insert(index, Box::new(entry));
                 Some(thread)
             }
             Err(e) => {
                 // The closure, seat included, was dropped by the failed spawn.
-                packet.put(Err(Box::new(Error::Spawn {
-                    reason: e.to_string(),
-                })));
+                packet.put(Err(Box::new(Error::Spawn { reason: e.to_string() })));
                 None
             }
         };
-        JoinHandle {
-            index,
-            cpu,
-            thread,
-            shared: Arc::clone(&self.shared),
-            packet,
-        }
+        JoinHandle { index, cpu, thread, shared: Arc::clone(&self.shared), packet }
     }
 
     /// Joins the threads that have finished (their results go to their handles' slots), so a long-lived runtime
@@ -469,12 +401,7 @@ impl Runtime {
     fn reap_finished(&self) {
         let done: Vec<Box<dyn Reap>> = {
             let mut state = self.shared.state.lock();
-            let ids: Vec<usize> = state
-                .threads
-                .iter()
-                .filter(|(_, e)| e.finished())
-                .map(|(&i, _)| i)
-                .collect();
+            let ids: Vec<usize> = state.threads.iter().filter(|(_, e)| e.finished()).map(|(&i, _)| i).collect();
             ids.iter().filter_map(|i| state.threads.remove(i)).collect()
         };
         for entry in done {
@@ -490,12 +417,7 @@ impl Drop for Runtime {
         let me = thread::current().id();
         let entries: Vec<Box<dyn Reap>> = {
             let mut state = self.shared.state.lock();
-            let ids: Vec<usize> = state
-                .threads
-                .iter()
-                .filter(|(_, e)| e.thread_id() != me)
-                .map(|(&i, _)| i)
-                .collect();
+            let ids: Vec<usize> = state.threads.iter().filter(|(_, e)| e.thread_id() != me).map(|(&i, _)| i).collect();
             ids.iter().filter_map(|i| state.threads.remove(i)).collect()
         };
         for entry in entries {
@@ -539,10 +461,7 @@ impl Shared {
         let pos = pos.unwrap_or_else(|| {
             let start = state.cursor;
             // min_by_key returns the first minimum: the first least-loaded position at or after the cursor.
-            (0..n)
-                .map(|k| (start + k) % n)
-                .min_by_key(|&p| state.live[p])
-                .unwrap_or(0)
+            (0..n).map(|k| (start + k) % n).min_by_key(|&p| state.live[p]).unwrap_or(0)
         });
         state.cursor = (pos + 1) % n;
         state.live[pos] += 1;
@@ -585,12 +504,7 @@ impl Start {
     where
         F: FnOnce(&mut Context) -> T,
     {
-        let Start {
-            seat,
-            cpu,
-            index,
-            group,
-        } = self;
+        let Start { seat, cpu, index, group } = self;
         let _seat = seat; // dropped last: after the registration is gone
         let mut ctx = match Context::start(&group, cpu, index) {
             Ok(ctx) => ctx,
@@ -606,6 +520,20 @@ impl Start {
 ///
 /// Not `Send`: it describes the thread it was made for. A guard from [`Context::enter`] borrows the context
 /// mutably, so read [`Context::cpu`] before entering (or use [`current`] inside the guard).
+///
+/// ```compile_fail,E0277
+/// fn send<X: Send>() {}
+/// send::<mmcid::Context>(); // a context stays on its thread
+/// ```
+///
+/// The runtime and its handles, on the other hand, go anywhere:
+///
+/// ```
+/// fn send_sync<X: Send + Sync>() {}
+/// send_sync::<mmcid::Runtime>();
+/// send_sync::<mmcid::JoinHandle<Vec<u8>>>();
+/// send_sync::<mmcid::ThreadView>();
+/// ```
 ///
 /// ```
 /// let rt = mmcid::Runtime::new()?;
@@ -634,12 +562,7 @@ impl Context {
         let mut reg = group.try_register()?;
         reg.set_cpu(Some(cpu))?;
         view::set_cpu(Some(cpu));
-        Ok(Context {
-            reg,
-            cpu,
-            index,
-            _not_send: PhantomData,
-        })
+        Ok(Context { reg, cpu, index, _not_send: PhantomData })
     }
 
     /// The core this thread is pinned to.
@@ -679,11 +602,7 @@ impl Drop for Context {
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
-            .field("cpu", &self.cpu)
-            .field("index", &self.index)
-            .field("reg", &self.reg)
-            .finish()
+        f.debug_struct("Context").field("cpu", &self.cpu).field("index", &self.index).field("reg", &self.reg).finish()
     }
 }
 
@@ -732,11 +651,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     {
         let Launch { builder, start } = self.rt.prepare(pos);
         let (cpu, index) = (start.cpu, start.index);
-        let inner = builder
-            .spawn_scoped(self.inner, move || start.run(f))
-            .map_err(|e| Error::Spawn {
-                reason: e.to_string(),
-            });
+        let inner =
+            builder.spawn_scoped(self.inner, move || start.run(f)).map_err(|e| Error::Spawn { reason: e.to_string() });
         ScopedJoinHandle { inner, cpu, index }
     }
 }
@@ -815,10 +731,7 @@ impl<T> JoinHandle<T> {
 
 impl<T> fmt::Debug for JoinHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JoinHandle")
-            .field("index", &self.index)
-            .field("cpu", &self.cpu)
-            .finish_non_exhaustive()
+        f.debug_struct("JoinHandle").field("index", &self.index).field("cpu", &self.cpu).finish_non_exhaustive()
     }
 }
 
@@ -856,10 +769,7 @@ impl<T> ScopedJoinHandle<'_, T> {
 
 impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ScopedJoinHandle")
-            .field("index", &self.index)
-            .field("cpu", &self.cpu)
-            .finish_non_exhaustive()
+        f.debug_struct("ScopedJoinHandle").field("index", &self.index).field("cpu", &self.cpu).finish_non_exhaustive()
     }
 }
 
@@ -871,10 +781,7 @@ struct Packet<T> {
 
 impl<T> Packet<T> {
     fn new() -> Packet<T> {
-        Packet {
-            result: Mutex::new(None),
-            filled: Condvar::new(),
-        }
+        Packet { result: Mutex::new(None), filled: Condvar::new() }
     }
 
     fn put(&self, result: thread::Result<T>) {
@@ -979,16 +886,8 @@ impl ThreadView {
 pub fn current() -> Option<ThreadView> {
     let cid = view::cid().map(|c| c as usize);
     match view::cpu() {
-        Some(cpu) => Some(ThreadView {
-            cpu,
-            cid,
-            pinned: true,
-        }),
-        None => sys::try_current_cpu().ok().map(|cpu| ThreadView {
-            cpu,
-            cid,
-            pinned: false,
-        }),
+        Some(cpu) => Some(ThreadView { cpu, cid, pinned: true }),
+        None => sys::try_current_cpu().ok().map(|cpu| ThreadView { cpu, cid, pinned: false }),
     }
 }
 
@@ -1006,10 +905,7 @@ mod tests {
             }
             other => panic!("expected PinFailed, got {other:?}"),
         }
-        assert!(matches!(
-            pin_and_verify(5000),
-            Err(Error::PinFailed { cpu: 5000, .. })
-        ));
+        assert!(matches!(pin_and_verify(5000), Err(Error::PinFailed { cpu: 5000, .. })));
     }
 
     #[test]
@@ -1022,10 +918,7 @@ mod tests {
         let h = rt.spawn(move |_| flag.store(true, std::sync::atomic::Ordering::SeqCst));
         assert_eq!(h.cpu(), 1000);
         let payload = h.join().unwrap_err();
-        assert!(matches!(
-            payload.downcast_ref::<Error>(),
-            Some(Error::PinFailed { cpu: 1000, .. })
-        ));
+        assert!(matches!(payload.downcast_ref::<Error>(), Some(Error::PinFailed { cpu: 1000, .. })));
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(rt.live_threads(), 0);
         assert_eq!(group.users(), 0);
@@ -1033,23 +926,14 @@ mod tests {
 
         // The scoped path reports the same way.
         let payload = rt.scope(|s| s.spawn(|_| ()).join()).unwrap_err();
-        assert!(matches!(
-            payload.downcast_ref::<Error>(),
-            Some(Error::PinFailed { cpu: 1000, .. })
-        ));
+        assert!(matches!(payload.downcast_ref::<Error>(), Some(Error::PinFailed { cpu: 1000, .. })));
         assert_eq!(rt.live_threads(), 0);
     }
 
     #[test]
     fn placement_is_least_loaded_then_round_robin() {
-        let shared = Shared {
-            state: Mutex::new(State {
-                live: vec![0; 3],
-                cursor: 0,
-                next: 0,
-                threads: BTreeMap::new(),
-            }),
-        };
+        let shared =
+            Shared { state: Mutex::new(State { live: vec![0; 3], cursor: 0, next: 0, threads: BTreeMap::new() }) };
         let order: Vec<usize> = (0..6).map(|_| shared.place(None).0).collect();
         assert_eq!(order, [0, 1, 2, 0, 1, 2]);
         shared.state.lock().live[1] -= 1; // a thread on position 1 exits
