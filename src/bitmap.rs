@@ -68,6 +68,7 @@ impl Bitmap {
         self.bits.load(Ordering::Acquire)
     }
 
+    #[cfg_attr(loom, allow(clippy::modulo_one))] // one word per chunk under loom
     fn word(&self, index: usize) -> Option<&AtomicU64> {
         let ptr = self.chunks.get(index / CHUNK_WORDS)?.load(Ordering::Acquire);
         // SAFETY: a non-null chunk pointer came from `Box::into_raw` in `grow`, was published with Release (we

@@ -112,7 +112,7 @@ mod imp {
     use super::*;
 
     #[derive(Default)]
-    pub(crate) struct Counters;
+    pub(crate) struct Counters {}
 
     impl Counters {
         #[inline(always)]

@@ -148,6 +148,7 @@ mod imp {
         Ok(vec![0, 1])
     }
     #[allow(dead_code)] // only the runtime pins, and loom builds leave it out
+    #[allow(dead_code)]
     pub(crate) fn pin_current(_cpu: usize) -> Result<(), i32> {
         Ok(())
     }
