@@ -30,6 +30,8 @@ struct Shared {
     done: Barrier,
     iters: AtomicU64,
     stop: AtomicBool,
+    /// CPU time the workers spent in the current sample's operations.
+    cpu_ns: AtomicU64,
 }
 
 /// `threads` persistent workers. Each builds its own state on its own thread (`make(index)`: registrations,
@@ -57,6 +59,7 @@ impl Pool {
             done: Barrier::new(threads + 1),
             iters: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            cpu_ns: AtomicU64::new(0),
         });
         let make = Arc::new(make);
         let handles = (0..threads)
@@ -76,7 +79,9 @@ impl Pool {
                             if shared.stop.load(Acquire) {
                                 break;
                             }
+                            let cpu0 = thread_cpu_ns();
                             work(shared.iters.load(Relaxed));
+                            shared.cpu_ns.fetch_add(thread_cpu_ns() - cpu0, Relaxed);
                             shared.done.wait();
                         }
                         drop(work); // e.g. unregisters before the pool's drop returns
@@ -85,13 +90,7 @@ impl Pool {
             })
             .collect();
         shared.done.wait();
-        Pool {
-            shared,
-            handles,
-            threads,
-            total_ops: 0,
-            keep: None,
-        }
+        Pool { shared, handles, threads, total_ops: 0, keep: None }
     }
 
     /// Keeps `state` alive until the workers have exited.
@@ -101,9 +100,11 @@ impl Pool {
     }
 
     /// Runs one sample: every worker performs `iters` operations; returns the wall time from the release of the
-    /// start barrier to the last worker's arrival at the done barrier.
+    /// start barrier to the last worker's arrival at the done barrier. The workers' CPU time for the sample is
+    /// then in [`Pool::last_cpu`].
     pub fn run(&mut self, iters: u64) -> Duration {
         self.shared.iters.store(iters, Relaxed);
+        self.shared.cpu_ns.store(0, Relaxed);
         let t0 = Instant::now();
         self.shared.start.wait();
         self.shared.done.wait();
@@ -115,6 +116,13 @@ impl Pool {
     /// Number of workers.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// CPU time all workers spent in the last sample's operations (excludes time they were descheduled, which
+    /// on a shared machine makes it steadier than wall time).
+    pub fn last_cpu(&self) -> Duration {
+        // The done barrier orders the workers' additions before this load.
+        Duration::from_nanos(self.shared.cpu_ns.load(Relaxed))
     }
 }
 
@@ -129,6 +137,17 @@ impl Drop for Pool {
         }
         drop(self.keep.take());
     }
+}
+
+/// CPU time consumed by the calling thread, in ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Pins the calling thread to `cpu`; prints a message and returns false if the OS refuses.
@@ -172,13 +191,8 @@ pub struct Line<'a> {
 /// operation per thread. `setup` builds the pool (and whatever else) the first time criterion runs the line;
 /// `after` runs once at the end with the pool still alive (stats, conservation checks) and returns a note for
 /// the summary.
-pub fn bench_line<S, A>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    summary: &Summary,
-    line: Line<'_>,
-    setup: S,
-    after: A,
-) where
+pub fn bench_line<S, A>(group: &mut BenchmarkGroup<'_, WallTime>, summary: &Summary, line: Line<'_>, setup: S, after: A)
+where
     S: FnOnce() -> Pool,
     A: FnOnce(&Pool) -> String,
 {
@@ -189,7 +203,7 @@ pub fn bench_line<S, A>(
         let p = pool.get_or_insert_with(|| (setup.take().expect("setup runs once"))());
         b.iter_custom(|iters| {
             let elapsed = p.run(iters);
-            summary.record(line.name, line.threads, iters, elapsed);
+            summary.record(line.name, line.threads, iters, elapsed, p.last_cpu());
             elapsed
         })
     });
@@ -209,7 +223,10 @@ pub struct Summary {
 
 #[derive(Default)]
 struct Row {
+    /// Wall ns per operation per thread, one per sample.
     samples: Vec<f64>,
+    /// CPU ns per operation (all workers' CPU time / all operations), one per sample.
+    cpu: Vec<f64>,
     note: String,
 }
 
@@ -226,13 +243,14 @@ impl Summary {
         (threads, i)
     }
 
-    /// Records one sample of `iters` operations per thread.
-    pub fn record(&self, name: &str, threads: usize, iters: u64, elapsed: Duration) {
+    /// Records one sample of `iters` operations per thread: its wall time and the workers' CPU time.
+    pub fn record(&self, name: &str, threads: usize, iters: u64, elapsed: Duration, cpu: Duration) {
         let key = self.key(name, threads);
         let mut rows = self.rows.lock().unwrap();
         let row = rows.entry(key).or_default();
         if iters >= MIN_ITERS {
             row.samples.push(elapsed.as_nanos() as f64 / iters as f64);
+            row.cpu.push(cpu.as_nanos() as f64 / (iters * threads as u64) as f64);
         }
     }
 
@@ -247,8 +265,8 @@ impl Summary {
         self.note(name, threads, format!("skipped: {why}"));
     }
 
-    /// Prints a markdown table: per thread count, each line's median ns per op per thread and its ratio to
-    /// `baseline` (the physical limit) measured in the same run.
+    /// Prints a markdown table: per thread count, each line's median wall ns per op per thread and median CPU
+    /// ns per op, each with its ratio to `baseline` (the physical limit) measured in the same run.
     pub fn print(&self, title: &str, baseline: &str) {
         let order = self.order.lock().unwrap().clone();
         let rows = self.rows.lock().unwrap();
@@ -256,45 +274,49 @@ impl Summary {
             println!("\n{title}: no samples of ≥ {MIN_ITERS} iterations (test mode or filtered run): no summary");
             return;
         }
-        println!("\n## {title} — median ns per op per thread (wall time / iters), ratio vs `{baseline}`\n");
-        println!("| threads | line | ns/op/thread | × {baseline} | notes |");
-        println!("|---:|---|---:|---:|---|");
+        println!("\n## {title}: medians over samples, ratios vs `{baseline}` of the same run\n");
+        println!("| threads | line | wall ns/op/thread | × {baseline} | CPU ns/op | × {baseline} | notes |");
+        println!("|---:|---|---:|---:|---:|---:|---|");
         let threads: Vec<usize> = {
             let mut t: Vec<usize> = rows.keys().map(|k| k.0).collect();
             t.dedup();
             t
         };
         for t in threads {
-            let base = order
-                .iter()
-                .position(|n| n == baseline)
-                .and_then(|i| rows.get(&(t, i)))
-                .and_then(median);
+            if order.iter().enumerate().all(|(i, _)| rows.get(&(t, i)).is_none_or(|r| r.samples.is_empty())) {
+                continue; // nothing measured at this thread count (filtered run)
+            }
+            let base = order.iter().position(|n| n == baseline).and_then(|i| rows.get(&(t, i)));
+            let (base_wall, base_cpu) = (base.and_then(|r| median(&r.samples)), base.and_then(|r| median(&r.cpu)));
             for (i, name) in order.iter().enumerate() {
                 let Some(row) = rows.get(&(t, i)) else {
                     continue;
                 };
-                let (ns, ratio) = match median(row) {
-                    Some(ns) => (
-                        format!("{ns:.2}"),
-                        base.map_or("–".into(), |b| format!("{:.2}", ns / b)),
-                    ),
-                    None => ("–".into(), "–".into()),
-                };
-                println!("| {t} | {name} | {ns} | {ratio} | {} |", row.note);
+                let (wall, wall_ratio) = cell(median(&row.samples), base_wall);
+                let (cpu, cpu_ratio) = cell(median(&row.cpu), base_cpu);
+                println!("| {t} | {name} | {wall} | {wall_ratio} | {cpu} | {cpu_ratio} | {} |", row.note);
             }
         }
         println!();
     }
 }
 
-fn median(row: &Row) -> Option<f64> {
-    if row.samples.is_empty() {
+fn median(samples: &[f64]) -> Option<f64> {
+    if samples.is_empty() {
         return None;
     }
-    let mut s = row.samples.clone();
+    let mut s = samples.to_vec();
     s.sort_by(f64::total_cmp);
     Some(s[s.len() / 2])
+}
+
+/// A value and its ratio to the baseline, formatted for the table.
+fn cell(value: Option<f64>, base: Option<f64>) -> (String, String) {
+    match (value, base) {
+        (Some(v), Some(b)) => (format!("{v:.2}"), format!("{:.2}", v / b)),
+        (Some(v), None) => (format!("{v:.2}"), "–".into()),
+        (None, _) => ("–".into(), "–".into()),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -319,10 +341,7 @@ pub fn bench_baselines(
     bench_line(
         group,
         summary,
-        Line {
-            name: "private_store",
-            threads: t,
-        },
+        Line { name: "private_store", threads: t },
         || {
             Pool::new(t, pin.clone(), |_, _| {
                 let mut word = Box::new(CachePadded::new(0u64));
@@ -342,10 +361,7 @@ pub fn bench_baselines(
         bench_line(
             group,
             summary,
-            Line {
-                name: "private_fetch_add",
-                threads: t,
-            },
+            Line { name: "private_fetch_add", threads: t },
             || {
                 Pool::new(t, pin.clone(), |_, _| {
                     let word = Box::new(CachePadded::new(AtomicU64::new(0)));
@@ -364,10 +380,7 @@ pub fn bench_baselines(
     bench_line(
         group,
         summary,
-        Line {
-            name: "shared_fetch_add",
-            threads: t,
-        },
+        Line { name: "shared_fetch_add", threads: t },
         || indexed_pool(t, pin, &shared, |_| 0),
         |pool| check_sum(&shared, pool, "1 slot"),
     );
@@ -376,22 +389,9 @@ pub fn bench_baselines(
     bench_line(
         group,
         summary,
-        Line {
-            name: "getcpu_fetch_add",
-            threads: t,
-        },
+        Line { name: "getcpu_fetch_add", threads: t },
         || indexed_pool(t, pin, &slots, |_| getcpu()),
-        |pool| {
-            check_sum(
-                &slots,
-                pool,
-                &format!(
-                    "{} slots (possible CPUs), {} touched",
-                    slots.len(),
-                    slots.touched()
-                ),
-            )
-        },
+        |pool| check_sum(&slots, pool, &format!("{} slots (possible CPUs), {} touched", slots.len(), slots.touched())),
     );
 
     match rseq.as_ref() {
@@ -400,26 +400,15 @@ pub fn bench_baselines(
             bench_line(
                 group,
                 summary,
-                Line {
-                    name: "rseq_mm_cid_fetch_add",
-                    threads: t,
-                },
+                Line { name: "rseq_mm_cid_fetch_add", threads: t },
                 || indexed_pool(t, pin, &slots, move |_| rseq.mm_cid()),
                 |pool| {
-                    let note = format!(
-                        "{} slots (possible CPUs), {} touched",
-                        slots.len(),
-                        slots.touched()
-                    );
+                    let note = format!("{} slots (possible CPUs), {} touched", slots.len(), slots.touched());
                     check_sum(&slots, pool, &note)
                 },
             );
         }
-        Err(_) => summary.skip(
-            "rseq_mm_cid_fetch_add",
-            t,
-            "the kernel's mm_cid is not readable through glibc here",
-        ),
+        Err(_) => summary.skip("rseq_mm_cid_fetch_add", t, "the kernel's mm_cid is not readable through glibc here"),
     }
 }
 
@@ -455,11 +444,7 @@ pub struct Padded {
 
 impl Padded {
     pub fn new(n: usize) -> Padded {
-        Padded {
-            slots: (0..n.max(1))
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
-        }
+        Padded { slots: (0..n.max(1)).map(|_| CachePadded::new(AtomicU64::new(0))).collect() }
     }
 
     /// Slot `i`; an out-of-range index (a CPU number beyond the array) wraps, off the fast path (no division
@@ -490,16 +475,8 @@ impl Padded {
 pub fn possible_cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/possible")
         .ok()
-        .and_then(|s| {
-            s.trim()
-                .rsplit(['-', ','])
-                .next()
-                .and_then(|m| m.parse::<usize>().ok())
-        })
-        .map_or_else(
-            || std::thread::available_parallelism().map_or(1, |n| n.get()),
-            |max| max + 1,
-        )
+        .and_then(|s| s.trim().rsplit(['-', ',']).next().and_then(|m| m.parse::<usize>().ok()))
+        .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |max| max + 1)
 }
 
 /// The CPU the calling thread runs on (glibc reads it from the rseq area).
@@ -566,15 +543,10 @@ impl Rseq {
             let tp: *const u8;
             // SAFETY: on x86_64 Linux, fs:0 holds the TCB's self pointer, which is the thread pointer; reading it
             // has no side effects.
-            unsafe {
-                std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
-            };
+            unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
             // SAFETY: `probe` checked that glibc registered an rseq area with mm_cid for every thread, at
             // tp + __rseq_offset; it lives as long as the thread. Volatile: the kernel rewrites it on preemption.
-            unsafe {
-                std::ptr::read_volatile(tp.offset(self.offset).add(MM_CID_OFFSET) as *const u32)
-                    as usize
-            }
+            unsafe { std::ptr::read_volatile(tp.offset(self.offset).add(MM_CID_OFFSET) as *const u32) as usize }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
