@@ -283,7 +283,7 @@ impl Summary {
             t
         };
         for t in threads {
-            if order.iter().enumerate().all(|(i, _)| rows.get(&(t, i)).is_none_or(|r| r.samples.is_empty())) {
+            if !(0..order.len()).any(|i| rows.get(&(t, i)).is_some_and(|r| !r.samples.is_empty())) {
                 continue; // nothing measured at this thread count (filtered run)
             }
             let base = order.iter().position(|n| n == baseline).and_then(|i| rows.get(&(t, i)));
