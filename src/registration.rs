@@ -33,6 +33,10 @@ impl RegRec {
 pub struct Cid(u32);
 
 impl Cid {
+    pub(crate) fn from_raw(cid: u32) -> Cid {
+        Cid(cid)
+    }
+
     /// The CID as an index.
     #[inline]
     pub fn get(self) -> usize {

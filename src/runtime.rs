@@ -12,7 +12,7 @@
 //! the runtime's `Drop`) joins the OS thread and stores its result in the slot, so a result is never lost and no
 //! thread outlives the runtime.
 
-use crate::{sys, view, CidGuard, CpuSet, Error, Group, Registration};
+use crate::{sys, view, Cid, CidGuard, CpuSet, Error, Group, Registration};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -282,7 +282,7 @@ impl Runtime {
     ///     let view = mmcid::current().unwrap();
     ///     assert!(view.is_pinned() && view.cpu() == cpu && view.cid().is_none());
     ///     let guard = ctx.enter();
-    ///     assert_eq!(mmcid::current().unwrap().cid(), Some(guard.cid().get()));
+    ///     assert_eq!(mmcid::current().unwrap().cid(), Some(guard.cid()));
     ///     cpu
     /// });
     /// assert_eq!(h.join().unwrap(), rt.cpus().iter().next().unwrap()); // first spawn: first core
@@ -840,7 +840,7 @@ impl<T: Send> Reap for Entry<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ThreadView {
     cpu: usize,
-    cid: Option<usize>,
+    cid: Option<Cid>,
     pinned: bool,
 }
 
@@ -852,10 +852,9 @@ impl ThreadView {
         self.cpu
     }
 
-    /// The CID of the innermost guard the thread holds (of any group, entered any way), as an index (same value
-    /// as [`Cid::get`](crate::Cid::get)); `None` outside guards.
+    /// The CID of the innermost guard the thread holds (of any group, entered any way); `None` outside guards.
     #[inline]
-    pub fn cid(&self) -> Option<usize> {
+    pub fn cid(&self) -> Option<Cid> {
         self.cid
     }
 
@@ -879,12 +878,12 @@ impl ThreadView {
 /// assert_eq!(view.cid(), None);
 /// let group = mmcid::Group::new();
 /// let guard = group.enter();
-/// assert_eq!(mmcid::current().unwrap().cid(), Some(guard.cid().get()));
+/// assert_eq!(mmcid::current().unwrap().cid(), Some(guard.cid()));
 /// drop(guard);
 /// assert_eq!(mmcid::current().unwrap().cid(), None);
 /// ```
 pub fn current() -> Option<ThreadView> {
-    let cid = view::cid().map(|c| c as usize);
+    let cid = view::cid().map(Cid::from_raw);
     match view::cpu() {
         Some(cpu) => Some(ThreadView { cpu, cid, pinned: true }),
         None => sys::try_current_cpu().ok().map(|cpu| ThreadView { cpu, cid, pinned: false }),

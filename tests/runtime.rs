@@ -168,7 +168,7 @@ fn exclusivity_run(threads_per_cpu: usize, expect: Mode) -> (Group, Vec<CidKind>
                 let cid = guard.cid().get();
                 assert!(cid < hard, "CID {cid} beyond users + cores = {hard} (I2)");
                 occupancy.take(cid);
-                assert_eq!(current().unwrap().cid(), Some(cid));
+                assert_eq!(current().unwrap().cid().map(|c| c.get()), Some(cid));
                 match guard.kind() {
                     CidKind::Core(c) => assert_eq!(c, cpu, "borrowed another core's CID"),
                     CidKind::Task => {
@@ -344,7 +344,7 @@ fn current_agrees_with_the_guard() {
     let group = Group::new();
     {
         let guard = group.enter();
-        assert_eq!(current().unwrap().cid(), Some(guard.cid().get()));
+        assert_eq!(current().unwrap().cid().map(|c| c.get()), Some(guard.cid().get()));
     }
     assert_eq!(current().unwrap().cid(), None);
 
@@ -357,12 +357,12 @@ fn current_agrees_with_the_guard() {
         for _ in 0..50 {
             let guard = ctx.enter();
             let cid = guard.cid().get();
-            assert_eq!(current().unwrap().cid(), Some(cid));
+            assert_eq!(current().unwrap().cid().map(|c| c.get()), Some(cid));
             {
                 let inner = other.enter(); // another group: the view shows the innermost guard
-                assert_eq!(current().unwrap().cid(), Some(inner.cid().get()));
+                assert_eq!(current().unwrap().cid().map(|c| c.get()), Some(inner.cid().get()));
             }
-            assert_eq!(current().unwrap().cid(), Some(cid), "restored when the inner guard drops");
+            assert_eq!(current().unwrap().cid().map(|c| c.get()), Some(cid), "restored when the inner guard drops");
             assert_eq!(current().unwrap().cpu(), cpu);
             drop(guard);
             assert_eq!(current().unwrap().cid(), None);
