@@ -22,16 +22,12 @@ fn usage() -> &'static str {
 }
 
 fn parse() -> Result<Args, String> {
-    let mut args = Args {
-        threads: 8,
-        iters: 1_000_000,
-    };
+    let mut args = Args { threads: 8, iters: 1_000_000 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<u64, String> {
             let v = it.next().ok_or_else(|| format!("{name} needs a value"))?;
-            v.parse()
-                .map_err(|_| format!("{name}: not a number: {v:?}"))
+            v.parse().map_err(|_| format!("{name}: not a number: {v:?}"))
         };
         match flag.as_str() {
             "--threads" => args.threads = value("--threads")? as usize,

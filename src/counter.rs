@@ -57,10 +57,7 @@ impl ShardedCounter {
     /// A counter at zero for the threads of `group`; allocates no shard yet. The counter keeps a handle on the
     /// group (for [`add`](ShardedCounter::add)).
     pub fn new(group: &Group) -> ShardedCounter {
-        ShardedCounter {
-            group: group.clone(),
-            shards: SharedPerCid::new(group),
-        }
+        ShardedCounter { group: group.clone(), shards: SharedPerCid::new(group) }
     }
 
     /// The group whose CIDs index the shards.
@@ -171,9 +168,7 @@ impl ShardedCounter {
     /// Cost: one load per 64 CIDs of the visited bitmask plus one per allocated shard — never one per possible
     /// CPU.
     pub fn sum(&self) -> u64 {
-        self.shards
-            .iter()
-            .fold(0, |sum, shard| sum.wrapping_add(shard.load(Relaxed)))
+        self.shards.iter().fold(0, |sum, shard| sum.wrapping_add(shard.load(Relaxed)))
     }
 
     /// Sets the counter to zero. Takes `&mut self`, so no update can run concurrently and the next

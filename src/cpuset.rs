@@ -128,10 +128,7 @@ mod tests {
     fn bad_input_is_a_typed_error() {
         assert_eq!(CpuSet::from_cpus([]), Err(Error::EmptyCpuSet));
         let possible = sys::possible_cpus();
-        assert_eq!(
-            CpuSet::from_cpus([possible + 3]),
-            Err(Error::CpuOutOfRange { cpu: possible + 3, possible })
-        );
+        assert_eq!(CpuSet::from_cpus([possible + 3]), Err(Error::CpuOutOfRange { cpu: possible + 3, possible }));
     }
 
     #[test]

@@ -263,14 +263,11 @@ impl Group {
     pub fn audit(&self) -> Audit {
         let inner = &*self.inner;
         let life = inner.life.lock();
-        let mut owned: Vec<u32> = life
-            .regs
-            .iter()
-            .flatten()
-            .map(|r| r.cid.load(Ordering::Acquire))
-            .filter(|&w| w != UNSET)
-            .collect();
-        owned.extend(inner.slots.iter().map(|s| s.load(Ordering::Acquire)).filter(|&s| s & ONCPU != 0).map(|s| s & VALUE));
+        let mut owned: Vec<u32> =
+            life.regs.iter().flatten().map(|r| r.cid.load(Ordering::Acquire)).filter(|&w| w != UNSET).collect();
+        owned.extend(
+            inner.slots.iter().map(|s| s.load(Ordering::Acquire)).filter(|&s| s & ONCPU != 0).map(|s| s & VALUE),
+        );
         let mut sorted = owned.clone();
         sorted.sort_unstable();
         let mut duplicates: Vec<u32> = sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();

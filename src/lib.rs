@@ -72,7 +72,7 @@ pub use percid::{IterVisited, PerCid};
 pub use registration::{Cid, CidGuard, CidKind, Registration};
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};
+pub use state::Mode;
 #[cfg(loom)]
 pub use state::Mutant;
-pub use state::Mode;
 pub use stats::Stats;

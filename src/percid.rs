@@ -157,9 +157,7 @@ unsafe impl<T: Send> Sync for PerCid<T> {}
 
 impl<T> fmt::Debug for PerCid<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PerCid")
-            .field("shards_allocated", &self.shards_allocated())
-            .finish_non_exhaustive()
+        f.debug_struct("PerCid").field("shards_allocated", &self.shards_allocated()).finish_non_exhaustive()
     }
 }
 
@@ -273,10 +271,7 @@ impl<T> PerCid<T> {
     /// assert_eq!(visited, [(0, 5)]);
     /// ```
     pub fn iter_visited(&mut self) -> IterVisited<'_, T> {
-        IterVisited {
-            raw: RawIter::new(self),
-            _shards: PhantomData,
-        }
+        IterVisited { raw: RawIter::new(self), _shards: PhantomData }
     }
 
     /// Number of shards allocated so far (each at most once per CID; shards are kept until the `PerCid` drops).
@@ -311,9 +306,7 @@ impl<T> PerCid<T> {
     #[inline(never)]
     fn install(&self, cid: usize) -> NonNull<CachePadded<T>> {
         let (s, off) = locate(cid);
-        let seg = segment(&self.shards[s], seg_len(s), || {
-            AtomicPtr::new(ptr::null_mut())
-        });
+        let seg = segment(&self.shards[s], seg_len(s), || AtomicPtr::new(ptr::null_mut()));
         // SAFETY: `off < seg_len(s)`; the segment lives until `Drop`.
         let slot = unsafe { &*seg.as_ptr().add(off) };
         if let Some(shard) = NonNull::new(slot.load(Relaxed)) {
@@ -394,9 +387,7 @@ unsafe fn free_segment<U>(seg: *mut U, len: usize) {
 #[inline(never)]
 #[track_caller]
 pub(crate) fn foreign(e: Error) -> ! {
-    panic!(
-        "{e}: a PerCid or ShardedCounter can only be used with guards of the group it was made for"
-    )
+    panic!("{e}: a PerCid or ShardedCounter can only be used with guards of the group it was made for")
 }
 
 /// Walks the visited bitmask: yields `(cid, shard)` for every allocated shard, in CID order.
@@ -416,14 +407,7 @@ struct RawIter<'a, T> {
 
 impl<'a, T> RawIter<'a, T> {
     fn new(per_cid: &'a PerCid<T>) -> Self {
-        RawIter {
-            per_cid,
-            seg: 0,
-            slots: ptr::null_mut(),
-            word: 0,
-            bits: 0,
-            base: 0,
-        }
+        RawIter { per_cid, seg: 0, slots: ptr::null_mut(), word: 0, bits: 0, base: 0 }
     }
 }
 
@@ -480,9 +464,7 @@ pub struct IterVisited<'a, T> {
 
 impl<T> fmt::Debug for IterVisited<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IterVisited")
-            .field("next_segment", &self.raw.seg)
-            .finish_non_exhaustive()
+        f.debug_struct("IterVisited").field("next_segment", &self.raw.seg).finish_non_exhaustive()
     }
 }
 
@@ -587,10 +569,7 @@ mod tests {
         let (s, off) = locate(MAX_BITS - 1);
         assert_eq!(s, SEGMENTS - 1);
         assert!(off < seg_len(s));
-        assert!(
-            seg_base(SEGMENTS) >= MAX_BITS,
-            "the segments cover the hard CID bound"
-        );
+        assert!(seg_base(SEGMENTS) >= MAX_BITS, "the segments cover the hard CID bound");
         assert_eq!(SEGMENTS, 15);
     }
 

@@ -34,9 +34,7 @@ mod imp {
 mod imp {
     pub(crate) use parking_lot::Mutex;
     pub(crate) use std::hint::spin_loop;
-    pub(crate) use std::sync::atomic::{
-        compiler_fence, fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-    };
+    pub(crate) use std::sync::atomic::{compiler_fence, fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::Arc;
 }
 

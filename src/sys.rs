@@ -98,9 +98,7 @@ mod imp {
                 return false;
             }
             // SAFETY: registration takes no pointers; it only marks the process.
-            let rc = unsafe {
-                libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)
-            };
+            let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) };
             rc == 0
         })
     }

@@ -18,10 +18,7 @@ const OPS: u64 = 1_000;
 
 /// A group whose mode boundary a handful of threads cross both ways.
 fn churn_group() -> Group {
-    Group::builder()
-        .virtual_cpus(4)
-        .build()
-        .expect("4 virtual cores")
+    Group::builder().virtual_cpus(4).build().expect("4 virtual cores")
 }
 
 /// Runs `ROUNDS` batches of `BATCH` threads, each `batch(t, barrier)`, while `background()` runs on a long-lived
@@ -123,16 +120,9 @@ fn counter_conservation_under_churn() {
     };
     let net = churn(&group, background, batch);
     expected.fetch_add(net, Relaxed);
-    assert_eq!(
-        counter.sum(),
-        expected.load(Relaxed),
-        "no add or sub lost, none counted twice"
-    );
+    assert_eq!(counter.sum(), expected.load(Relaxed), "no add or sub lost, none counted twice");
     // I2 hard bound: CIDs < users + cores at any time; at most 1 + 2 per batch thread users at once.
-    assert!(
-        counter.shards_allocated() <= 1 + 2 * BATCH + group.cores(),
-        "{counter:?}"
-    );
+    assert!(counter.shards_allocated() <= 1 + 2 * BATCH + group.cores(), "{counter:?}");
 }
 
 /// Item ids: thread tag in the high half, sequence number in the low half.
@@ -142,12 +132,7 @@ fn item(tag: u64, seq: u64) -> u64 {
 
 /// One step of the list test inside `guard`: push what we hold, or make an item, or pop one into our hand.
 /// Returns the item made, if any.
-fn list_step(
-    lists: &PerCid<Vec<u64>>,
-    guard: &mut CidGuard<'_>,
-    hand: &mut Option<u64>,
-    fresh: u64,
-) -> Option<u64> {
+fn list_step(lists: &PerCid<Vec<u64>>, guard: &mut CidGuard<'_>, hand: &mut Option<u64>, fresh: u64) -> Option<u64> {
     let list = lists.get_mut(guard);
     if let Some(x) = hand.take() {
         list.push(x);
@@ -207,10 +192,7 @@ fn per_cid_vec_loses_and_duplicates_nothing_under_churn() {
     let mut made = made.into_inner().unwrap();
     made.extend(bg_made);
     made.sort_unstable();
-    let mut found: Vec<u64> = lists
-        .iter_visited()
-        .flat_map(|(_, list)| list.drain(..))
-        .collect();
+    let mut found: Vec<u64> = lists.iter_visited().flat_map(|(_, list)| list.drain(..)).collect();
     found.sort_unstable();
     assert!(!made.is_empty());
     let dups = found.windows(2).filter(|w| w[0] == w[1]).count();
@@ -238,9 +220,7 @@ fn drop_drops_every_allocated_shard_exactly_once() {
         let (made, drops) = (made.clone(), drops.clone());
         move || {
             made.fetch_add(1, Relaxed);
-            Counted {
-                drops: drops.clone(),
-            }
+            Counted { drops: drops.clone() }
         }
     });
     // Six nested guards: six distinct CIDs (I1), past max_cids (per-CPU mode, temporary CIDs).
@@ -265,24 +245,14 @@ fn drop_drops_every_allocated_shard_exactly_once() {
     let shards = per_cid.shards_allocated();
     assert!(shards >= 6, "six CIDs were live at once");
     assert_eq!(made.load(Relaxed), shards, "one init per shard");
-    assert_eq!(
-        drops.load(Relaxed),
-        0,
-        "nothing dropped while the PerCid lives"
-    );
+    assert_eq!(drops.load(Relaxed), 0, "nothing dropped while the PerCid lives");
     drop(per_cid);
-    assert_eq!(
-        drops.load(Relaxed),
-        shards,
-        "every shard dropped exactly once"
-    );
+    assert_eq!(drops.load(Relaxed), shards, "every shard dropped exactly once");
 
     // A PerCid that never allocated drops nothing.
     let empty = PerCid::with(&group, {
         let drops = drops.clone();
-        move || Counted {
-            drops: drops.clone(),
-        }
+        move || Counted { drops: drops.clone() }
     });
     drop(empty);
     assert_eq!(drops.load(Relaxed), shards);
@@ -298,14 +268,7 @@ fn foreign_guards_are_rejected() {
     assert_eq!(per_cid.try_get_mut(&mut guard), Err(Error::ForeignGuard));
     assert_eq!(counter.try_add_with(&guard, 1), Err(Error::ForeignGuard));
     drop(guard);
-    assert_eq!(
-        (
-            per_cid.shards_allocated(),
-            counter.shards_allocated(),
-            counter.sum()
-        ),
-        (0, 0, 0)
-    );
+    assert_eq!((per_cid.shards_allocated(), counter.shards_allocated(), counter.sum()), (0, 0, 0));
 
     // A clone of the group is the same group.
     let mut reg = ours.clone().register();
@@ -346,16 +309,9 @@ fn shards_grow_past_a_segment_boundary_without_moving() {
         let cid = guard.cid().get();
         let shard = per_cid.get_mut(&mut guard);
         *shard = cid as u64 * 10;
-        assert!(
-            addrs.insert(cid, shard as *mut u64 as usize).is_none(),
-            "CID {cid} twice"
-        );
+        assert!(addrs.insert(cid, shard as *mut u64 as usize).is_none(), "CID {cid} twice");
     }
-    assert!(
-        addrs.keys().any(|&c| c >= 64),
-        "a CID past the first segment: {:?}",
-        addrs.keys().max()
-    );
+    assert!(addrs.keys().any(|&c| c >= 64), "a CID past the first segment: {:?}", addrs.keys().max());
     // Every shard is where it was, with its value, after the growth.
     for reg in regs.iter_mut() {
         let mut guard = reg.enter();
@@ -378,10 +334,7 @@ fn shards_follow_cores_not_threads() {
     // only ever see CIDs below max_cids, so the counter has at most max_cids shards, not one per thread.
     const THREADS: usize = 8;
     let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
-    let group = Group::builder()
-        .cpus(CpuSet::from_cpus(cpus.clone()).unwrap())
-        .build()
-        .unwrap();
+    let group = Group::builder().cpus(CpuSet::from_cpus(cpus.clone()).unwrap()).build().unwrap();
     let counter = ShardedCounter::new(&group);
     let (barrier, turn) = (Barrier::new(THREADS), Mutex::new(()));
     let max_cids = Mutex::new(Vec::new());
@@ -401,12 +354,7 @@ fn shards_follow_cores_not_threads() {
     });
     let max_cids = max_cids.into_inner().unwrap();
     assert!(max_cids.iter().all(|&m| m == max_cids[0]));
-    assert!(
-        max_cids[0] <= cpus.len(),
-        "max_cids {} with {} allowed cores",
-        max_cids[0],
-        cpus.len()
-    );
+    assert!(max_cids[0] <= cpus.len(), "max_cids {} with {} allowed cores", max_cids[0], cpus.len());
     assert_eq!(counter.sum(), 3 * THREADS as u64);
     assert!(
         counter.shards_allocated() <= max_cids[0],
@@ -414,10 +362,7 @@ fn shards_follow_cores_not_threads() {
         counter.shards_allocated(),
         max_cids[0]
     );
-    assert!(
-        counter.shards_allocated() < THREADS,
-        "fewer shards than threads"
-    );
+    assert!(counter.shards_allocated() < THREADS, "fewer shards than threads");
 }
 
 #[test]
