@@ -40,6 +40,9 @@ usage: hackbench [options]
       --groups-list L    comma-separated group counts for --compare (default 1,2,4; or -g if given)
       --repeats N        runs per policy and group count, interleaved; the median is reported (default 5)
       --pin              pin threads round-robin on the allowed cores
+      --guard WHAT       io: the guard spans each message's read/write system call (default), so a thread
+                         blocked in the call keeps its CID; update: the guard spans only the per-CID update
+                         (a CID only while running, as in the kernel)
       --json FILE        write the results as JSON
   -h, --help             this text
 
@@ -64,6 +67,8 @@ struct Config {
     compare: bool,
     repeats: usize,
     json: Option<String>,
+    /// The guard spans the message's read/write system call (true), or only the per-CID update (false).
+    guard_io: bool,
 }
 
 fn parse_num(flag: &str, value: Option<String>) -> Result<usize, String> {
@@ -77,7 +82,7 @@ fn parse_num(flag: &str, value: Option<String>) -> Result<usize, String> {
 /// Parses the command line; `Ok(None)` means `--help` was printed.
 fn parse_args(args: Vec<String>) -> Result<Option<Config>, String> {
     let (mut groups, mut fds, mut loops, mut size) = (None, None, None, 100);
-    let (mut pipe, mut pin, mut compare) = (false, false, false);
+    let (mut pipe, mut pin, mut compare, mut guard_io) = (false, false, false, true);
     let (mut policy, mut groups_list, mut repeats, mut json) = (None, None, 5, None);
     let mut it = args.into_iter().flat_map(|a| match a.split_once('=') {
         Some((k, v)) if k.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -96,6 +101,14 @@ fn parse_args(args: Vec<String>) -> Result<Option<Config>, String> {
             "-p" | "--pipe" => pipe = true,
             "-T" | "--threads" => {}
             "--pin" => pin = true,
+            "--guard" => {
+                guard_io = match it.next().as_deref() {
+                    Some("io") => true,
+                    Some("update") => false,
+                    Some(other) => return Err(format!("--guard: expected io or update, got {other:?}")),
+                    None => return Err("--guard needs a value (io or update)".into()),
+                }
+            }
             "--compare" => compare = true,
             "--repeats" => repeats = parse_num(&arg, it.next())?,
             "--json" => json = Some(it.next().ok_or("--json needs a file name")?),
@@ -132,7 +145,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Config>, String> {
     if threads > 100_000 {
         return Err(format!("{threads} threads requested: at most 100000 (2 × fds × groups)"));
     }
-    Ok(Some(Config { groups, fds, loops, size, pipe, pin, policy, compare, repeats, json }))
+    Ok(Some(Config { groups, fds, loops, size, pipe, pin, policy, compare, repeats, json, guard_io }))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -308,6 +321,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<Duration, Stri
     let cfg = run.cfg;
     let (groups, fds, loops, size) = (run.groups, cfg.fds, cfg.loops, cfg.size);
     let tasks = 2 * fds * groups;
+    let io_inside = cfg.guard_io;
     let cores =
         run.cpus.iter().max().map_or(1, |m| m + 1).max(std::thread::available_parallelism().map_or(1, |n| n.get()));
     let policy = Arc::new(policy);
@@ -341,17 +355,27 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<Duration, Stri
                     // Receiver `role`: F × L messages from its own channel.
                     let channel = &channels[role];
                     for _ in 0..fds * loops {
-                        let mut guard = policy.enter(&mut thread);
-                        channel.read_exact(&mut buf)?;
-                        P::record(&data, &mut guard, size);
+                        if io_inside {
+                            let mut guard = policy.enter(&mut thread);
+                            channel.read_exact(&mut buf)?;
+                            P::record(&data, &mut guard, size);
+                        } else {
+                            channel.read_exact(&mut buf)?;
+                            P::record(&data, &mut policy.enter(&mut thread), size);
+                        }
                     }
                 } else {
                     // Sender: L rounds of one message to every receiver of the group.
                     for _ in 0..loops {
                         for channel in channels.iter() {
-                            let mut guard = policy.enter(&mut thread);
-                            P::record(&data, &mut guard, size);
-                            channel.write_all(&buf)?;
+                            if io_inside {
+                                let mut guard = policy.enter(&mut thread);
+                                P::record(&data, &mut guard, size);
+                                channel.write_all(&buf)?;
+                            } else {
+                                P::record(&data, &mut policy.enter(&mut thread), size);
+                                channel.write_all(&buf)?;
+                            }
                         }
                     }
                 }
@@ -398,16 +422,22 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<Duration, Stri
     Ok(elapsed)
 }
 
-fn run_one(policy: usize, run: &Run) -> Result<Duration, String> {
+/// One run of policy `policy`; for mmcid also the group's path counters after the run.
+fn run_one(policy: usize, run: &Run) -> Result<(Duration, Option<mmcid::Stats>), String> {
     let capacity = 2 * run.cfg.fds * run.groups;
-    match POLICIES[policy] {
+    let t = match POLICIES[policy] {
         "none" => run_policy(NoCid::new(), run),
         "mutex" => run_policy(MutexCids::new(), run),
         "bitmap" => run_policy(BitmapCids::new(capacity), run),
         "lazy-all" => run_policy(LazyCids::new(Scan::All, capacity), run),
         "lazy-visited" => run_policy(LazyCids::new(Scan::Visited, capacity), run),
-        _ => run_policy(MmCid::new(Group::new()), run),
-    }
+        _ => {
+            let group = Group::new();
+            let t = run_policy(MmCid::new(group.clone()), run)?;
+            return Ok((t, Some(group.stats())));
+        }
+    }?;
+    Ok((t, None))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -453,6 +483,7 @@ fn main() {
         Vec::new()
     };
     let channel = if cfg.pipe { "pipe" } else { "socketpair" };
+    let scope = if cfg.guard_io { "io" } else { "update" };
     if !cfg.compare {
         let policy = cfg.policy.unwrap_or(0);
         let g = cfg.groups[0];
@@ -462,10 +493,27 @@ fn main() {
             2 * cfg.fds * g
         );
         println!("Each sender will pass {} messages of {} bytes", cfg.loops, cfg.size);
-        println!("Policy: {}, channels: {channel}{}", POLICIES[policy], if cfg.pin { ", pinned" } else { "" });
+        println!(
+            "Policy: {}, channels: {channel}, guard around {scope}{}",
+            POLICIES[policy],
+            if cfg.pin { ", pinned" } else { "" }
+        );
         match run_one(policy, &Run { groups: g, cfg: &cfg, cpus: &cpus }) {
-            Ok(t) => {
+            Ok((t, stats)) => {
                 println!("Time: {}.{:03}", t.as_secs(), t.subsec_millis());
+                if let Some(st) = stats {
+                    println!(
+                        "mmcid enters: {} per-task fast, {} per-CPU fast, {} temporary, {} converge, {} alloc; \
+                         switches: {} to per-CPU, {} to per-task",
+                        st.enter_task_fast,
+                        st.enter_cpu_fast,
+                        st.enter_temporary,
+                        st.enter_converge,
+                        st.enter_alloc,
+                        st.switches_to_per_cpu,
+                        st.switches_to_per_task
+                    );
+                }
                 if let Some(path) = &cfg.json {
                     let s = t.as_secs_f64();
                     let body = format!(
@@ -496,10 +544,12 @@ fn main() {
     let n = POLICIES.len();
     let total = cfg.groups.len() * cfg.repeats * n;
     println!(
-        "hackbench threads, {channel}, -f {} -l {} -s {}{}: {} groups list, {} repeats per cell (interleaved), median seconds",
+        "hackbench threads, {channel}, -f {} -l {} -s {}, guard around {}{}: groups {}, {} repeats per cell \
+         (interleaved), median seconds",
         cfg.fds,
         cfg.loops,
         cfg.size,
+        scope,
         if cfg.pin { ", pinned round-robin" } else { "" },
         cfg.groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(","),
         cfg.repeats
@@ -525,7 +575,7 @@ fn main() {
                     began.elapsed().as_secs_f64()
                 );
                 match run_one(p, &Run { groups: g, cfg: &cfg, cpus: &cpus }) {
-                    Ok(t) => times[gi][p].push(t.as_secs_f64()),
+                    Ok((t, _)) => times[gi][p].push(t.as_secs_f64()),
                     Err(e) => {
                         eprintln!("\nhackbench: groups {g}, policy {}: {e}", POLICIES[p]);
                         std::process::exit(1);
@@ -591,11 +641,12 @@ fn main() {
         }
         let body = format!(
             "{{\n  \"benchmark\":\"hackbench\",\"mode\":\"threads\",\"channel\":{},\"fds\":{},\"loops\":{},\
-             \"datasize\":{},\"repeats\":{},\"pin\":{},\"cpus\":{},\n  \"results\":[\n{}\n  ]\n}}\n",
+             \"datasize\":{},\"guard\":{},\"repeats\":{},\"pin\":{},\"cpus\":{},\n  \"results\":[\n{}\n  ]\n}}\n",
             json_str(channel),
             cfg.fds,
             cfg.loops,
             cfg.size,
+            json_str(scope),
             cfg.repeats,
             cfg.pin,
             std::thread::available_parallelism().map_or(1, |n| n.get()),
