@@ -291,15 +291,17 @@ impl Start {
         s.1
     }
 
-    fn wait_ready_then_go(&self, n: usize) -> Instant {
+    /// Waits until `n` workers are ready, then lets them go; returns the start instant and process CPU time.
+    fn wait_ready_then_go(&self, n: usize) -> (Instant, f64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while s.0 < n {
             s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+        let cpu = process_cpu_s();
         let start = Instant::now();
         s.1 = true;
         self.go.notify_all();
-        start
+        (start, cpu)
     }
 
     fn abort(&self) {
@@ -317,7 +319,20 @@ struct Run<'a> {
     cpus: &'a [usize],
 }
 
-fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<Duration, String> {
+/// User + system CPU seconds of the whole process so far (ended threads included).
+fn process_cpu_s() -> f64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value for getrusage to overwrite.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage for the duration of the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Wall time from go to the last join, and the process CPU time over the same span.
+fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64), String> {
     let cfg = run.cfg;
     let (groups, fds, loops, size) = (run.groups, cfg.fds, cfg.loops, cfg.size);
     let tasks = 2 * fds * groups;
@@ -397,7 +412,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<Duration, Stri
         }
         return Err(e);
     }
-    let t0 = start.wait_ready_then_go(tasks);
+    let (t0, cpu0) = start.wait_ready_then_go(tasks);
     let mut first_error = None;
     for h in handles {
         match h.join() {
@@ -407,6 +422,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<Duration, Stri
         }
     }
     let elapsed = t0.elapsed();
+    let cpu = process_cpu_s() - cpu0;
     if let Some(e) = first_error {
         return Err(e);
     }
@@ -419,11 +435,11 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<Duration, Stri
     if policy.cids_in_use() > cores {
         return Err(format!("{}: {} CIDs still in use after the run", policy.name(), policy.cids_in_use()));
     }
-    Ok(elapsed)
+    Ok((elapsed, cpu))
 }
 
 /// One run of policy `policy`; for mmcid also the group's path counters after the run.
-fn run_one(policy: usize, run: &Run) -> Result<(Duration, Option<mmcid::Stats>), String> {
+fn run_one(policy: usize, run: &Run) -> Result<((Duration, f64), Option<mmcid::Stats>), String> {
     let capacity = 2 * run.cfg.fds * run.groups;
     let t = match POLICIES[policy] {
         "none" => run_policy(NoCid::new(), run),
@@ -499,8 +515,9 @@ fn main() {
             if cfg.pin { ", pinned" } else { "" }
         );
         match run_one(policy, &Run { groups: g, cfg: &cfg, cpus: &cpus }) {
-            Ok((t, stats)) => {
+            Ok(((t, cpu), stats)) => {
                 println!("Time: {}.{:03}", t.as_secs(), t.subsec_millis());
+                println!("CPU: {cpu:.3} s (user + system, go to last join)");
                 if let Some(st) = stats {
                     println!(
                         "mmcid enters: {} per-task fast, {} per-CPU fast, {} temporary, {} converge, {} alloc; \
@@ -518,12 +535,13 @@ fn main() {
                     let s = t.as_secs_f64();
                     let body = format!(
                         "{{\"benchmark\":\"hackbench\",\"mode\":\"threads\",\"channel\":{},\"groups\":{g},\"fds\":{},\
-                         \"loops\":{},\"datasize\":{},\"pin\":{},\"policy\":{},\"time_s\":{s:.6}}}\n",
+                         \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{s:.6},\"cpu_s\":{cpu:.6}}}\n",
                         json_str(channel),
                         cfg.fds,
                         cfg.loops,
                         cfg.size,
                         cfg.pin,
+                        json_str(scope),
                         json_str(POLICIES[policy])
                     );
                     if let Err(e) = std::fs::write(path, body) {
@@ -560,6 +578,7 @@ fn main() {
         std::process::exit(1);
     }
     let mut times = vec![vec![Vec::new(); n]; cfg.groups.len()];
+    let mut cpu_times = vec![vec![Vec::new(); n]; cfg.groups.len()];
     let began = Instant::now();
     let mut done = 0;
     for (gi, &g) in cfg.groups.iter().enumerate() {
@@ -575,7 +594,10 @@ fn main() {
                     began.elapsed().as_secs_f64()
                 );
                 match run_one(p, &Run { groups: g, cfg: &cfg, cpus: &cpus }) {
-                    Ok((t, _)) => times[gi][p].push(t.as_secs_f64()),
+                    Ok(((t, cpu), _)) => {
+                        times[gi][p].push(t.as_secs_f64());
+                        cpu_times[gi][p].push(cpu);
+                    }
                     Err(e) => {
                         eprintln!("\nhackbench: groups {g}, policy {}: {e}", POLICIES[p]);
                         std::process::exit(1);
@@ -587,19 +609,24 @@ fn main() {
     eprintln!("\r{:<70}", format!("done: {total} runs in {:.1}s", began.elapsed().as_secs_f64()));
 
     let medians: Vec<Vec<f64>> = times.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
-    println!("% = median time versus none (positive = slower); lower time is better");
-    print!("{:<10}", "groups");
-    for p in POLICIES {
-        print!("{p:>22}");
-    }
-    println!();
-    for (gi, &g) in cfg.groups.iter().enumerate() {
-        print!("{:<10}", format!("{g}-groups"));
-        for m in &medians[gi] {
-            print!("{:>22}", format!("{m:.3} ({:+.2}%)", pct(*m, medians[gi][0])));
+    let cpu_medians: Vec<Vec<f64>> = cpu_times.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
+    let table = |title: &str, m: &[Vec<f64>]| {
+        println!("{title}");
+        print!("{:<10}", "groups");
+        for p in POLICIES {
+            print!("{p:>22}");
         }
         println!();
-    }
+        for (gi, &g) in cfg.groups.iter().enumerate() {
+            print!("{:<10}", format!("{g}-groups"));
+            for v in &m[gi] {
+                print!("{:>22}", format!("{v:.3} ({:+.2}%)", pct(*v, m[gi][0])));
+            }
+            println!();
+        }
+    };
+    table("wall time, median seconds, % versus none (positive = slower); lower is better", &medians);
+    table("process CPU time (user + system), median seconds, % versus none", &cpu_medians);
     let spread = cfg
         .groups
         .iter()
@@ -630,12 +657,17 @@ fn main() {
         for (gi, &g) in cfg.groups.iter().enumerate() {
             for (p, name) in POLICIES.iter().enumerate() {
                 let runs: Vec<String> = times[gi][p].iter().map(|t| format!("{t:.6}")).collect();
+                let cpu: Vec<String> = cpu_times[gi][p].iter().map(|t| format!("{t:.6}")).collect();
                 rows.push(format!(
-                    "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],\"median_s\":{:.6},\"vs_none_pct\":{:.3}}}",
+                    "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],\"median_s\":{:.6},\"vs_none_pct\":{:.3},\
+                     \"cpu_runs_s\":[{}],\"cpu_median_s\":{:.6},\"cpu_vs_none_pct\":{:.3}}}",
                     json_str(name),
                     runs.join(","),
                     medians[gi][p],
-                    pct(medians[gi][p], medians[gi][0])
+                    pct(medians[gi][p], medians[gi][0]),
+                    cpu.join(","),
+                    cpu_medians[gi][p],
+                    pct(cpu_medians[gi][p], cpu_medians[gi][0])
                 ));
             }
         }
