@@ -74,11 +74,7 @@ fn enter_exit(c: &mut Criterion) {
     println!(
         "enter_exit: {cores} allowed CPUs {cpus:?}, group.cores() = {}, membarrier {}",
         probe.cores(),
-        if probe.uses_membarrier() {
-            "available (compiler fences on the hot side)"
-        } else {
-            "unavailable"
-        }
+        if probe.uses_membarrier() { "available (compiler fences on the hot side)" } else { "unavailable" }
     );
     drop(probe);
 
@@ -94,20 +90,13 @@ fn enter_exit(c: &mut Criterion) {
                 summary.skip(name, t, "per-task mode needs users ≤ max_cids ≤ cores");
                 continue;
             }
-            let group = Group::builder()
-                .asymmetric_fences(asym)
-                .build()
-                .expect("group on the allowed CPUs");
+            let group = Group::builder().asymmetric_fences(asym).build().expect("group on the allowed CPUs");
             let for_pool = group.clone();
             bench_line(
                 &mut g,
                 &summary,
                 Line { name, threads: t },
-                || {
-                    Pool::new(t, pin.clone(), move |_, cpu| {
-                        registration_worker(&for_pool, cpu, false)
-                    })
-                },
+                || Pool::new(t, pin.clone(), move |_, cpu| registration_worker(&for_pool, cpu, false)),
                 |pool| group_note(&group, pool),
             );
         }
@@ -118,10 +107,7 @@ fn enter_exit(c: &mut Criterion) {
         bench_line(
             &mut g,
             &summary,
-            Line {
-                name: "group_enter",
-                threads: t,
-            },
+            Line { name: "group_enter", threads: t },
             || {
                 Pool::new(t, pin.clone(), move |_, _| {
                     let group = for_pool.clone();
@@ -137,32 +123,17 @@ fn enter_exit(c: &mut Criterion) {
         );
 
         // Per-CPU mode: idle registrations push users above max_cids; workers are pinned and declare their core.
-        let group = Group::builder()
-            .cpus(CpuSet::current().expect("affinity mask"))
-            .build()
-            .expect("group");
+        let group = Group::builder().cpus(CpuSet::current().expect("affinity mask")).build().expect("group");
         let for_pool = group.clone();
         bench_line(
             &mut g,
             &summary,
-            Line {
-                name: "per_cpu",
-                threads: t,
-            },
+            Line { name: "per_cpu", threads: t },
             || {
-                let idle: Vec<_> = (0..group.cores() + 1)
-                    .map(|_| for_pool.register())
-                    .collect();
-                assert_eq!(
-                    for_pool.mode(),
-                    Mode::PerCpu,
-                    "idle registrations must force per-CPU mode"
-                );
+                let idle: Vec<_> = (0..group.cores() + 1).map(|_| for_pool.register()).collect();
+                assert_eq!(for_pool.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
                 let workers = for_pool.clone();
-                Pool::new(t, pin.clone(), move |_, cpu| {
-                    registration_worker(&workers, cpu, true)
-                })
-                .keep(idle)
+                Pool::new(t, pin.clone(), move |_, cpu| registration_worker(&workers, cpu, true)).keep(idle)
             },
             |pool| group_note(&group, pool),
         );

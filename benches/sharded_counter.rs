@@ -30,11 +30,7 @@ use thread_local::ThreadLocal;
 
 /// Conservation (the sum equals the adds performed) and the shards the counter allocated.
 fn counter_note(counter: &ShardedCounter, pool: &Pool) -> String {
-    assert_eq!(
-        counter.sum(),
-        pool.total_ops,
-        "ShardedCounter lost or duplicated adds"
-    );
+    assert_eq!(counter.sum(), pool.total_ops, "ShardedCounter lost or duplicated adds");
     let group = counter.group();
     format!(
         "{} shards allocated (max_cids {}, mode {:?}, users {})",
@@ -52,10 +48,7 @@ fn sharded_counter(c: &mut Criterion) {
     if let Err(why) = &rseq {
         println!("{why}");
     }
-    println!(
-        "sharded_counter: {cores} allowed CPUs, {} possible CPUs, unpinned workers",
-        common::possible_cpus()
-    );
+    println!("sharded_counter: {cores} allowed CPUs, {} possible CPUs, unpinned workers", common::possible_cpus());
     let pin = None;
 
     let mut g = c.benchmark_group("sharded_counter");
@@ -67,10 +60,7 @@ fn sharded_counter(c: &mut Criterion) {
         bench_line(
             &mut g,
             &summary,
-            Line {
-                name: "sharded_counter",
-                threads: t,
-            },
+            Line { name: "sharded_counter", threads: t },
             || {
                 let counter = counter.clone();
                 Pool::new(t, None, move |_, _| {
@@ -91,10 +81,7 @@ fn sharded_counter(c: &mut Criterion) {
         bench_line(
             &mut g,
             &summary,
-            Line {
-                name: "sharded_counter_add_with",
-                threads: t,
-            },
+            Line { name: "sharded_counter_add_with", threads: t },
             || {
                 let counter = counter.clone();
                 Pool::new(t, None, move |_, _| {
