@@ -530,6 +530,7 @@ fn main() {
                         st.switches_to_per_cpu,
                         st.switches_to_per_task
                     );
+                    println!("mmcid stats: {st:?}");
                 }
                 if let Some(path) = &cfg.json {
                     let s = t.as_secs_f64();
