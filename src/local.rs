@@ -10,11 +10,11 @@ use crate::{view, Group, Registration};
 use std::cell::RefCell;
 
 thread_local! {
-    static POOL: RefCell<Vec<(u64, Vec<Registration>)>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Vec<(u64, Vec<Box<Registration>>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A registration of `group` for the calling thread: from the pool, or a new one.
-pub(crate) fn take(group: &Group) -> Registration {
+pub(crate) fn take(group: &Group) -> Box<Registration> {
     let id = group.id();
     let pooled = POOL
         .try_with(|pool| {
@@ -23,11 +23,11 @@ pub(crate) fn take(group: &Group) -> Registration {
         })
         .ok()
         .flatten();
-    pooled.unwrap_or_else(|| group.register())
+    pooled.unwrap_or_else(|| Box::new(group.register()))
 }
 
 /// Gives a registration back to the calling thread's pool; drops (unregisters) it if the pool is gone.
-pub(crate) fn release(reg: Registration) {
+pub(crate) fn release(reg: Box<Registration>) {
     let id = reg.group().id();
     let mut reg = Some(reg);
     let _ = POOL.try_with(|pool| {
@@ -54,7 +54,7 @@ pub(crate) fn with_cid<R>(group: &Group, f: impl FnOnce(usize) -> R) -> R {
         let reg = pool.iter_mut().find(|(g, _)| *g == id)?.1.last_mut()?;
         let inside = InPlace::enter(reg);
         let f = f.take()?;
-        Some(f(inside.entered.held.cid() as usize))
+        Some(f(inside.entered.cid() as usize))
     });
     match (fast, f) {
         (Ok(Some(r)), _) => r,
@@ -77,7 +77,7 @@ impl<'a> InPlace<'a> {
     #[inline(always)]
     fn enter(reg: &'a mut Registration) -> InPlace<'a> {
         let entered = reg.enter_raw();
-        let prev_view = view::enter(entered.held.cid());
+        let prev_view = view::enter(entered.cid());
         InPlace { reg, entered, prev_view }
     }
 }
@@ -126,7 +126,7 @@ impl Group {
     pub fn enter(&self) -> crate::CidGuard<'static> {
         let mut reg = take(self);
         let entered = reg.enter_raw();
-        crate::CidGuard::new(crate::registration::GuardReg::Local(Some(reg)), entered)
+        crate::CidGuard::pooled(reg, entered)
     }
 
     /// Unregisters the calling thread's pooled registrations of this group now instead of at thread exit;

@@ -7,6 +7,7 @@ use crate::stats::{Counters, Ev};
 use crate::sync::{Arc, AtomicU32, Ordering::*};
 use crate::{sys, Error, Group};
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 
 /// A registration's shared record, on its own cache line(s): written by its owner on every enter and exit, and
 /// by fixups only with CAS (design.md §2.2).
@@ -62,19 +63,45 @@ pub(crate) enum Held {
     Temp(u32),
 }
 
-impl Held {
-    pub(crate) fn cid(self) -> u32 {
-        match self {
-            Held::Task(c) | Held::Temp(c) | Held::Core { cid: c, .. } => c,
-        }
-    }
-}
-
-/// Result of `enter_raw`: what is held and whether `running` was set.
+/// Result of `enter_raw`: what is held and whether `running` was set. A flat 12-byte record (not the `Held` enum
+/// with its padding) so the hot path passes it in registers.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entered {
-    pub(crate) held: Held,
+    cid: u32,
+    cpu: u32,
+    kind: Kind,
     pub(crate) running: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Task,
+    Core,
+    Temp,
+}
+
+impl Entered {
+    #[inline(always)]
+    fn new(held: Held, running: bool) -> Entered {
+        match held {
+            Held::Task(cid) => Entered { cid, cpu: 0, kind: Kind::Task, running },
+            Held::Core { cpu, cid } => Entered { cid, cpu, kind: Kind::Core, running },
+            Held::Temp(cid) => Entered { cid, cpu: 0, kind: Kind::Temp, running },
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn cid(self) -> u32 {
+        self.cid
+    }
+
+    pub(crate) fn held(self) -> Held {
+        match self.kind {
+            Kind::Task => Held::Task(self.cid),
+            Kind::Core => Held::Core { cpu: self.cpu, cid: self.cid },
+            Kind::Temp => Held::Temp(self.cid),
+        }
+    }
 }
 
 /// How many times the per-CPU slow path retries a slot CAS before it takes a temporary CID instead (I6).
@@ -115,7 +142,7 @@ impl Registration {
     #[inline]
     pub fn enter(&mut self) -> CidGuard<'_> {
         let entered = self.enter_raw();
-        CidGuard::new(GuardReg::Borrowed(self), entered)
+        CidGuard::borrowed(self, entered)
     }
 
     /// The group this registration belongs to.
@@ -184,7 +211,7 @@ impl Registration {
         // UNSET is larger than any max_cids, so one compare checks "owns a CID" and "in range".
         if m == PER_TASK && (w as usize) < g.max_cids() {
             self.rec.counters.bump(Ev::TaskFast);
-            return Entered { held: Held::Task(w), running: true };
+            return Entered::new(Held::Task(w), true);
         }
         self.enter_slow(true)
     }
@@ -201,7 +228,7 @@ impl Registration {
             // Acquire: pairs with the previous borrower's X1 Release store (I8).
             if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
                 self.rec.counters.bump(Ev::CpuFast);
-                return Entered { held: Held::Core { cpu: cpu as u32, cid: c }, running: false };
+                return Entered::new(Held::Core { cpu: cpu as u32, cid: c }, false);
             }
         }
         self.enter_slow(false)
@@ -218,7 +245,7 @@ impl Registration {
         }
         let m = g.hot.mode.load(Acquire); // E3
         let held = if m & ONCPU == 0 { self.enter_task_owned() } else { self.enter_core_owned() };
-        Entered { held, running: true }
+        Entered::new(held, true)
     }
 
     /// Per-task or CPU → task: the registration owns its CID (design.md §4.3). By D-enter no fixup takes our word
@@ -347,9 +374,10 @@ impl Registration {
     /// Exit (design.md §4.2). The per-task path is inlined; the others are out of line.
     #[inline(always)]
     pub(crate) fn exit_raw(&mut self, entered: Entered) {
-        let Held::Task(w) = entered.held else {
+        if entered.kind != Kind::Task {
             return self.exit_other(entered);
-        };
+        }
+        let w = entered.cid;
         let g = &*self.group.inner;
         // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
         self.rec.running.store(0, Release);
@@ -365,7 +393,7 @@ impl Registration {
     #[inline(never)]
     fn exit_other(&mut self, entered: Entered) {
         let g = &*self.group.inner;
-        match entered.held {
+        match entered.held() {
             Held::Task(_) => unreachable!("handled inline"),
             Held::Core { cpu, cid } => {
                 let cpu = cpu as usize;
@@ -467,15 +495,6 @@ impl Drop for Registration {
     }
 }
 
-/// Whose registration a guard uses.
-pub(crate) enum GuardReg<'a> {
-    /// `Registration::enter`.
-    Borrowed(&'a mut Registration),
-    /// `Group::enter`: the guard owns a registration taken from the thread's pool and gives it back on drop.
-    #[cfg_attr(loom, allow(dead_code))]
-    Local(Option<Registration>),
-}
-
 /// Proof that the holder owns a CID exclusively (≈ running on a CPU). Dropping it gives the CID back
 /// (≈ schedule-out): to the registration (per-task), to the core (per-CPU), or to the pool (temporary).
 ///
@@ -483,35 +502,48 @@ pub(crate) enum GuardReg<'a> {
 #[must_use = "dropping the guard releases the CID"]
 #[clippy::has_significant_drop]
 pub struct CidGuard<'a> {
-    reg: GuardReg<'a>,
+    /// The registration entered: borrowed mutably for `'a` (`Registration::enter`), or owned by this guard
+    /// (`pooled`: taken from the thread's pool by `Group::enter` and given back on drop). A pointer rather than an
+    /// enum keeps the drop small enough to inline on the hot path.
+    reg: NonNull<Registration>,
     entered: Entered,
     prev_view: u32,
-    _not_send: PhantomData<*mut ()>,
+    pooled: bool,
+    _marker: PhantomData<(&'a mut Registration, *mut ())>,
 }
 
 impl std::fmt::Debug for CidGuard<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CidGuard").field("cid", &self.cid()).field("held", &self.entered.held).finish()
+        f.debug_struct("CidGuard").field("cid", &self.cid()).field("held", &self.entered.held()).finish()
     }
 }
 
 impl<'a> CidGuard<'a> {
-    #[inline]
-    pub(crate) fn new(reg: GuardReg<'a>, entered: Entered) -> CidGuard<'a> {
-        let prev_view = crate::view::enter(entered.held.cid());
-        CidGuard { reg, entered, prev_view, _not_send: PhantomData }
+    #[inline(always)]
+    pub(crate) fn borrowed(reg: &'a mut Registration, entered: Entered) -> CidGuard<'a> {
+        let prev_view = crate::view::enter(entered.cid());
+        CidGuard { reg: NonNull::from(reg), entered, prev_view, pooled: false, _marker: PhantomData }
+    }
+
+    /// A guard that owns `reg` (from the thread's pool) and gives it back to the pool on drop.
+    #[cfg(not(loom))]
+    pub(crate) fn pooled(reg: Box<Registration>, entered: Entered) -> CidGuard<'static> {
+        let prev_view = crate::view::enter(entered.cid());
+        // Box::into_raw never returns null.
+        let reg = NonNull::new(Box::into_raw(reg)).expect("Box::into_raw is non-null");
+        CidGuard { reg, entered, prev_view, pooled: true, _marker: PhantomData }
     }
 
     /// The CID this guard holds.
     #[inline]
     pub fn cid(&self) -> Cid {
-        Cid(self.entered.held.cid())
+        Cid(self.entered.cid())
     }
 
     /// Whether the CID is borrowed from a core (per-CPU ownership), owned by the registration (per-task), or
     /// temporary.
     pub fn kind(&self) -> CidKind {
-        match self.entered.held {
+        match self.entered.held() {
             Held::Task(_) => CidKind::Task,
             Held::Core { cpu, .. } => CidKind::Core(cpu as usize),
             Held::Temp(_) => CidKind::Temporary,
@@ -521,10 +553,9 @@ impl<'a> CidGuard<'a> {
     /// The id of the guard's group.
     #[inline]
     pub(crate) fn group_id(&self) -> u64 {
-        match &self.reg {
-            GuardReg::Borrowed(r) => r.group.id(),
-            GuardReg::Local(r) => r.as_ref().map_or(0, |r| r.group.id()),
-        }
+        // SAFETY: `reg` is valid for the guard's life (borrowed for 'a, or owned until drop); reading through a
+        // shared reference while we hold `&self` aliases nothing mutable.
+        unsafe { self.reg.as_ref() }.group.id()
     }
 }
 
@@ -540,18 +571,27 @@ pub enum CidKind {
 }
 
 impl Drop for CidGuard<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         crate::view::exit(self.prev_view);
-        match &mut self.reg {
-            GuardReg::Borrowed(r) => r.exit_raw(self.entered),
-            GuardReg::Local(r) => {
-                if let Some(mut reg) = r.take() {
-                    reg.exit_raw(self.entered);
-                    #[cfg(not(loom))]
-                    crate::local::release(reg);
-                }
-            }
+        // SAFETY: `reg` came from `&'a mut Registration` (and `_marker` keeps that borrow alive for the guard's
+        // life) or from `Box::into_raw` owned by this guard; either way nothing else accesses it now.
+        unsafe { self.reg.as_mut() }.exit_raw(self.entered);
+        if self.pooled {
+            self.release_pooled();
         }
+    }
+}
+
+impl CidGuard<'_> {
+    #[cold]
+    fn release_pooled(&mut self) {
+        // SAFETY: `pooled` guards own `reg`, made by `Box::into_raw` in `CidGuard::pooled`; this runs once, from
+        // drop, after the last use of the pointer.
+        let reg = unsafe { Box::from_raw(self.reg.as_ptr()) };
+        #[cfg(not(loom))]
+        crate::local::release(reg);
+        #[cfg(loom)]
+        drop(reg);
     }
 }
