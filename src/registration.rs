@@ -245,6 +245,11 @@ impl Registration {
         }
         let m = g.hot.mode.load(Acquire); // E3
         let held = if m & ONCPU == 0 { self.enter_task_owned() } else { self.enter_core_owned() };
+        self.rec.counters.bump(match held {
+            Held::Task(_) => Ev::TaskSlow,
+            Held::Core { .. } => Ev::CpuSlow,
+            Held::Temp(_) => Ev::Temporary,
+        });
         Entered::new(held, true)
     }
 
@@ -325,7 +330,6 @@ impl Registration {
                 break; // BUSY: a thread descheduled inside its guard holds the core's CID; never wait for it
             }
         }
-        c.bump(Ev::Temporary);
         Held::Temp(spare.unwrap_or_else(|| {
             c.bump(Ev::BitmapSet);
             c.bump(Ev::Alloc);

@@ -9,6 +9,8 @@
 pub(crate) enum Ev {
     TaskFast,
     CpuFast,
+    TaskSlow,
+    CpuSlow,
     Converge,
     Temporary,
     Alloc,
@@ -46,11 +48,17 @@ pub struct Stats {
     pub enter_task_fast: u64,
     /// Enters that took the per-CPU fast path (borrowed the core's CID with one CAS).
     pub enter_cpu_fast: u64,
-    /// Enters that moved a CID back under `max_cids` (I4).
+    /// Enters that kept or got the registration's own CID on the slow path (after a switch, out of range, or
+    /// first use).
+    pub enter_task_slow: u64,
+    /// Enters that borrowed (or donated and borrowed) the core's CID on the slow path.
+    pub enter_cpu_slow: u64,
+    /// Enters that moved a CID back under `max_cids` (I4); also counted in one of the categories above.
     pub enter_converge: u64,
-    /// Enters that took a temporary CID because the core's CID was in use.
+    /// Enters that took a temporary CID because the core's CID was in use. Every enter is exactly one of
+    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`.
     pub enter_temporary: u64,
-    /// Enters that allocated a CID from the bitmap.
+    /// Enters that allocated a CID from the bitmap (also counted in one of the categories above).
     pub enter_alloc: u64,
     /// CIDs taken from another core's idle slot to converge (per-CPU reclaim).
     pub steals: u64,
@@ -129,6 +137,8 @@ impl Stats {
         Stats {
             enter_task_fast: t[Ev::TaskFast as usize],
             enter_cpu_fast: t[Ev::CpuFast as usize],
+            enter_task_slow: t[Ev::TaskSlow as usize],
+            enter_cpu_slow: t[Ev::CpuSlow as usize],
             enter_converge: t[Ev::Converge as usize],
             enter_temporary: t[Ev::Temporary as usize],
             enter_alloc: t[Ev::Alloc as usize],

@@ -81,6 +81,13 @@ fn churn(group: Group, virtual_cores: Option<usize>, workers: usize, rounds: usi
     assert_eq!(payload.sum(), guards.load(SeqCst), "I8/I1: a plain per-CID increment was lost");
     let stats = group.stats();
     assert!(stats.switches_to_per_cpu >= 1 && stats.switches_to_per_task >= 1, "did not cross both ways: {stats:?}");
+    let categorised = stats.enter_task_fast
+        + stats.enter_cpu_fast
+        + stats.enter_task_slow
+        + stats.enter_cpu_slow
+        + stats.enter_temporary;
+    assert_eq!(categorised, guards.load(SeqCst), "every enter is counted in exactly one path: {stats:?}");
+    assert_eq!(stats.bitmap_sets - stats.bitmap_clears, stats.cids_in_use, "bitmap counters balance: {stats:?}");
     assert_quiescent_empty(&group);
 }
 
