@@ -112,14 +112,13 @@ impl Bitmap {
         None
     }
 
-    /// Takes a free CID, preferring one below `limit`, else any usable one (`mm_get_cid`). Lock-free: a retry
-    /// happens only when another thread's allocation won the race. Never fails while the ownership invariant
-    /// (design.md §2.4) holds, because the bitmap has at least one more bit than there can be other owners.
-    pub(crate) fn get(&self, limit: usize) -> u32 {
+    /// Takes the lowest free CID (`mm_get_cid`). The lowest free bit is below `limit` whenever any bit below it is
+    /// free, so one scan serves both the kernel's "below max_cids" attempt and its fallback to the whole space.
+    /// Lock-free: a retry happens only when another thread's allocation won the race. Never fails while the
+    /// ownership invariant (design.md §2.4) holds, because the bitmap has at least one more bit than there can be
+    /// other owners.
+    pub(crate) fn get(&self) -> u32 {
         loop {
-            if let Some(cid) = self.try_get(limit) {
-                return cid;
-            }
             if let Some(cid) = self.try_get(usize::MAX) {
                 return cid;
             }
@@ -172,12 +171,12 @@ mod tests {
         assert_eq!(b.try_get(10), None, "nothing usable before grow");
         assert!(b.grow(5));
         assert_eq!(b.capacity(), CHUNK_BITS);
-        assert_eq!(b.get(4), 0);
-        assert_eq!(b.get(4), 1);
+        assert_eq!(b.get(), 0);
+        assert_eq!(b.get(), 1);
         assert_eq!(b.try_get(2), None);
-        assert_eq!(b.get(2), 2, "falls back beyond the limit");
+        assert_eq!(b.get(), 2, "the lowest free bit, beyond a limit if none is free below it");
         b.clear(1);
-        assert_eq!(b.get(8), 1);
+        assert_eq!(b.get(), 1);
         assert_eq!(b.count(), 3);
         assert!(b.is_set(2) && !b.is_set(3));
     }
@@ -187,7 +186,7 @@ mod tests {
         let b = Bitmap::new();
         assert!(b.grow(CHUNK_BITS + 1));
         for i in 0..CHUNK_BITS + 5 {
-            assert_eq!(b.get(usize::MAX), i as u32);
+            assert_eq!(b.get(), i as u32);
         }
         assert_eq!(b.count(), CHUNK_BITS + 5);
         assert!(!b.grow(MAX_BITS + 1));
@@ -199,7 +198,7 @@ mod tests {
     fn double_release_is_caught() {
         let b = Bitmap::new();
         b.grow(1);
-        let c = b.get(1);
+        let c = b.get();
         b.clear(c);
         b.clear(c);
     }

@@ -162,7 +162,7 @@ impl Group {
         if inner.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
             // Per-task: the child owns a CID from birth (kernel `sched_mm_cid_fork`). Nobody else can see `rec`'s
             // word yet except fixups, which need the lock we hold.
-            let cid = inner.bitmap.get(inner.max_cids());
+            let cid = inner.bitmap.get();
             life.counters.bump(Ev::BitmapSet);
             rec.cid.store(cid, Ordering::Release);
         }

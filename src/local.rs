@@ -10,6 +10,9 @@ use crate::{view, Group, Registration};
 use std::cell::RefCell;
 
 thread_local! {
+    // Boxed: a `Group::enter` guard owns its registration through a raw pointer, and moving a box in and out of the
+    // pool moves one pointer, not the registration.
+    #[allow(clippy::vec_box)]
     static POOL: RefCell<Vec<(u64, Vec<Box<Registration>>)>> = const { RefCell::new(Vec::new()) };
 }
 

@@ -230,6 +230,17 @@ impl Registration {
                 self.rec.counters.bump(Ev::CpuFast);
                 return Entered::new(Held::Core { cpu: cpu as u32, cid: c }, false);
             }
+        } else if s & BUSY != 0 && self.rec.cid.load(Relaxed) == UNSET {
+            // The core's CID is in use by a thread descheduled inside its guard, and we own nothing: a temporary,
+            // straight from the bitmap. No `running` and no barrier: fixups only take registration words (ours
+            // is UNSET, and only we store CIDs into it) and idle slots, never a guard's temporary. Relaxed load:
+            // others only ever store UNSET into our word.
+            let n = g.bitmap.get();
+            let c = &self.rec.counters;
+            c.bump(Ev::Temporary);
+            c.bump(Ev::Alloc);
+            c.bump(Ev::BitmapSet);
+            return Entered::new(Held::Temp(n), false);
         }
         self.enter_slow(false)
     }
@@ -277,7 +288,7 @@ impl Registration {
             // The word changed under us: a fixup took `w`. Use `n` as our own CID instead.
             return self.install(n);
         }
-        let n = g.bitmap.get(max);
+        let n = g.bitmap.get();
         c.bump(Ev::BitmapSet);
         c.bump(Ev::Alloc);
         self.install(n)
@@ -319,7 +330,7 @@ impl Registration {
                 let n = spare.take().unwrap_or_else(|| {
                     c.bump(Ev::BitmapSet);
                     c.bump(Ev::Alloc);
-                    g.bitmap.get(max)
+                    g.bitmap.get()
                 });
                 // AcqRel: the donated CID's history travels with it to later borrowers.
                 if slot.compare_exchange(EMPTY, slot::busy(n), AcqRel, Acquire).is_ok() {
@@ -333,7 +344,7 @@ impl Registration {
         Held::Temp(spare.unwrap_or_else(|| {
             c.bump(Ev::BitmapSet);
             c.bump(Ev::Alloc);
-            g.bitmap.get(max)
+            g.bitmap.get()
         }))
     }
 
