@@ -1,8 +1,8 @@
 //! Loom models of mmcid live in `tests/`; this crate only exists so they build in isolation (docs/loom.md).
 //!
-//! Under `--cfg loom` it also holds the harness every model shares: [`model`] (bounded exploration with the
-//! environment in charge), [`Cids`] (the independent exclusivity / hand-over checker) and [`quiescent`] /
-//! [`all_free`] (the accounting checks at the end of each model).
+//! Under `--cfg loom` it also holds the harness every model shares: `model` (bounded exploration with the
+//! environment in charge), `Cids` (the independent exclusivity / hand-over checker) and `quiescent` /
+//! `all_free` (the accounting checks at the end of each model).
 
 #[cfg(loom)]
 pub use harness::*;
