@@ -13,6 +13,10 @@
 //! cargo run --release --example hackbench -- --compare --groups-list 1,2,4,8,16 -f 20 -l 500 --repeats 5 --pin
 //! ```
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{json_str, median, pct, positive};
 use crossbeam_utils::CachePadded;
 use mmcid::policy::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{CpuSet, Group, PerCid};
@@ -71,33 +75,22 @@ struct Config {
     guard_io: bool,
 }
 
-fn parse_num(flag: &str, value: Option<String>) -> Result<usize, String> {
-    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
-    match value.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("{flag}: expected a positive integer, got {value:?}")),
-    }
-}
-
 /// Parses the command line; `Ok(None)` means `--help` was printed.
-fn parse_args(args: Vec<String>) -> Result<Option<Config>, String> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, String> {
     let (mut groups, mut fds, mut loops, mut size) = (None, None, None, 100);
     let (mut pipe, mut pin, mut compare, mut guard_io) = (false, false, false, true);
     let (mut policy, mut groups_list, mut repeats, mut json) = (None, None, 5, None);
-    let mut it = args.into_iter().flat_map(|a| match a.split_once('=') {
-        Some((k, v)) if k.starts_with("--") => vec![k.to_string(), v.to_string()],
-        _ => vec![a],
-    });
+    let mut it = args;
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "-h" | "--help" => {
                 print!("{USAGE}");
                 return Ok(None);
             }
-            "-g" | "--groups" => groups = Some(parse_num(&arg, it.next())?),
-            "-f" | "--fds" => fds = Some(parse_num(&arg, it.next())?),
-            "-l" | "--loops" => loops = Some(parse_num(&arg, it.next())?),
-            "-s" | "--datasize" => size = parse_num(&arg, it.next())?,
+            "-g" | "--groups" => groups = Some(positive(&arg, it.next())?),
+            "-f" | "--fds" => fds = Some(positive(&arg, it.next())?),
+            "-l" | "--loops" => loops = Some(positive(&arg, it.next())?),
+            "-s" | "--datasize" => size = positive(&arg, it.next())?,
             "-p" | "--pipe" => pipe = true,
             "-T" | "--threads" => {}
             "--pin" => pin = true,
@@ -110,7 +103,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Config>, String> {
                 }
             }
             "--compare" => compare = true,
-            "--repeats" => repeats = parse_num(&arg, it.next())?,
+            "--repeats" => repeats = positive(&arg, it.next())?,
             "--json" => json = Some(it.next().ok_or("--json needs a file name")?),
             "--policy" => {
                 let name = it.next().ok_or("--policy needs a value")?;
@@ -123,7 +116,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Config>, String> {
             "--groups-list" => {
                 let list = it.next().ok_or("--groups-list needs a value")?;
                 let parsed: Result<Vec<usize>, String> =
-                    list.split(',').map(|g| parse_num("--groups-list", Some(g.trim().to_string()))).collect();
+                    list.split(',').map(|g| positive("--groups-list", Some(g.trim().to_string()))).collect();
                 groups_list = Some(parsed?);
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -459,27 +452,8 @@ fn run_one(policy: usize, run: &Run) -> Result<((Duration, f64), Option<mmcid::S
 // ---------------------------------------------------------------------------------------------------------------
 // Reporting
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-fn pct(t: f64, base: f64) -> f64 {
-    (t - base) / base * 100.0
-}
-
-fn json_str(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
 fn main() {
-    let cfg = match parse_args(std::env::args().skip(1).collect()) {
+    let cfg = match parse_args(common::args()) {
         Ok(Some(cfg)) => cfg,
         Ok(None) => return,
         Err(e) => {

@@ -12,6 +12,10 @@
 //! cargo run --release --example thread_pools -- -p 8 -t 8 --virtual-cpus 16 --compare
 //! ```
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{median, positive, value};
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::Group;
 use std::hint::black_box;
@@ -68,25 +72,10 @@ struct Config {
     json: Option<String>,
 }
 
-fn value(flag: &str, v: Option<String>) -> Result<String, String> {
-    v.ok_or_else(|| format!("{flag} needs a value"))
-}
-
-fn positive(flag: &str, v: Option<String>) -> Result<usize, String> {
-    let v = value(flag, v)?;
-    match v.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("{flag}: expected a positive integer, got {v:?}")),
-    }
-}
-
-fn parse_args(args: Vec<String>) -> Result<Option<Config>, String> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, String> {
     let (mut pools, mut threads, mut seconds, mut vcpus) = (None, None, None, None);
     let (mut policy, mut compare, mut repeats, mut json) = (None, false, 3, None);
-    let mut it = args.into_iter().flat_map(|a| match a.split_once('=') {
-        Some((k, v)) if k.starts_with("--") => vec![k.to_string(), v.to_string()],
-        _ => vec![a],
-    });
+    let mut it = args;
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "-h" | "--help" => {
@@ -275,24 +264,13 @@ fn run_one(policy: usize, setup: Setup, seconds: f64) -> Result<Outcome, String>
     })
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
 fn fail(e: String) -> ! {
     eprintln!("thread_pools: {e}");
     std::process::exit(1);
 }
 
 fn main() {
-    let cfg = match parse_args(std::env::args().skip(1).collect()) {
+    let cfg = match parse_args(common::args()) {
         Ok(Some(c)) => c,
         Ok(None) => return,
         Err(e) => {

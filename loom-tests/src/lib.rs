@@ -2,7 +2,7 @@
 //!
 //! Under `--cfg loom` it also holds the harness every model shares: `model` (bounded exploration with the
 //! environment in charge), `Cids` (the independent exclusivity / hand-over checker) and `quiescent` /
-//! `all_free` (the accounting checks at the end of each model).
+//! `all_free` (the accounting checks at the end of each model), bundled as `finish`.
 
 #[cfg(loom)]
 pub use harness::*;
@@ -201,5 +201,14 @@ mod harness {
         assert_eq!((audit.bits, audit.owners), (0, 0), "CIDs left after the last registration (I5): {audit:?}");
         assert_eq!(group.users(), 0);
         assert_eq!(group.mode(), Mode::PerTask, "the group must return to per-task mode at zero users");
+    }
+
+    /// The end of every model: no lost update (`cids`), accounting at quiescence with `regs` the group's every
+    /// live registration, then drop them all and check every CID is free.
+    pub fn finish(group: &Group, cids: &Cids, regs: Vec<Reg>) {
+        cids.check_total();
+        quiescent(group, &regs.iter().collect::<Vec<_>>());
+        drop(regs);
+        all_free(group);
     }
 }

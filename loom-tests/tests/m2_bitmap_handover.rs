@@ -8,7 +8,7 @@
 
 use loom::thread;
 use mmcid::{CidKind, Group, Mode, Mutant};
-use mmcid_loom_tests::{all_free, model, quiescent, Cids, Reg};
+use mmcid_loom_tests::{finish, model, Cids, Reg};
 
 fn scenario(name: &'static str, mutant: Mutant) {
     model(name, move || {
@@ -33,12 +33,7 @@ fn scenario(name: &'static str, mutant: Mutant) {
 
         let r2 = t1.join().unwrap();
         drop(core);
-        cids.check_total();
-        quiescent(&group, &[&r1, &r2, &r3]);
-        drop(r1);
-        drop(r2);
-        drop(r3);
-        all_free(&group);
+        finish(&group, &cids, vec![r1, r2, r3]);
     });
 }
 

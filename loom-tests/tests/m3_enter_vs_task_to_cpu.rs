@@ -10,7 +10,7 @@
 
 use loom::thread;
 use mmcid::{Group, Mode, Mutant};
-use mmcid_loom_tests::{all_free, model, quiescent, Cids, Reg};
+use mmcid_loom_tests::{finish, model, Cids, Reg};
 
 fn scenario(name: &'static str, mutant: Mutant) {
     model(name, move || {
@@ -33,11 +33,7 @@ fn scenario(name: &'static str, mutant: Mutant) {
         cids.visit(&mut r2);
 
         let r1 = t1.join().unwrap();
-        cids.check_total();
-        quiescent(&group, &[&r1, &r2]);
-        drop(r1);
-        drop(r2);
-        all_free(&group);
+        finish(&group, &cids, vec![r1, r2]);
     });
 }
 

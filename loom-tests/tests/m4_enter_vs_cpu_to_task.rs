@@ -9,7 +9,7 @@
 
 use loom::thread;
 use mmcid::{CidKind, Group, Mode, Mutant};
-use mmcid_loom_tests::{all_free, model, quiescent, Cids, Reg};
+use mmcid_loom_tests::{finish, model, Cids, Reg};
 
 fn group(mutant: Mutant) -> Group {
     Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).mutant(mutant).build().unwrap()
@@ -46,11 +46,7 @@ fn borrower_vs_sweep(name: &'static str, mutant: Mutant) {
 
         let r1 = t1.join().unwrap();
         assert_eq!(group.mode(), Mode::PerTask);
-        cids.check_total();
-        quiescent(&group, &[&r1, &r4]);
-        drop(r1);
-        drop(r4);
-        all_free(&group);
+        finish(&group, &cids, vec![r1, r4]);
     });
 }
 
@@ -112,12 +108,7 @@ fn unset_word_vs_task_to_cpu(name: &'static str, mutant: Mutant) {
         cids.visit(&mut r3);
 
         let r1 = t1.join().unwrap();
-        cids.check_total();
-        quiescent(&group, &[&r1, &r2, &r3]);
-        drop(r1);
-        drop(r2);
-        drop(r3);
-        all_free(&group);
+        finish(&group, &cids, vec![r1, r2, r3]);
     });
 }
 

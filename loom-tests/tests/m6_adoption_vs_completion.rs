@@ -13,7 +13,7 @@ use loom::sync::atomic::{AtomicBool, Ordering::*};
 use loom::sync::Arc;
 use loom::thread;
 use mmcid::{CidKind, Group, Mode, Mutant};
-use mmcid_loom_tests::{all_free, model, quiescent, Cids, Reg};
+use mmcid_loom_tests::{finish, model, Cids, Reg};
 
 fn scenario(name: &'static str, mutant: Mutant) {
     model(name, move || {
@@ -40,11 +40,7 @@ fn scenario(name: &'static str, mutant: Mutant) {
         cids.visit(&mut r4);
 
         let r1 = t1.join().unwrap();
-        cids.check_total();
-        quiescent(&group, &[&r1, &r4]);
-        drop(r1);
-        drop(r4);
-        all_free(&group);
+        finish(&group, &cids, vec![r1, r4]);
     });
 }
 
@@ -87,11 +83,7 @@ fn adoption_vs_sweep(name: &'static str, mutant: Mutant) {
         cids.visit(&mut r4);
 
         let r1 = t1.join().unwrap();
-        cids.check_total();
-        quiescent(&group, &[&r1, &r4]);
-        drop(r1);
-        drop(r4);
-        all_free(&group);
+        finish(&group, &cids, vec![r1, r4]);
     });
 }
 

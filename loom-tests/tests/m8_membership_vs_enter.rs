@@ -13,7 +13,7 @@
 
 use loom::thread;
 use mmcid::{CidKind, Group, Mode, Mutant};
-use mmcid_loom_tests::{all_free, model, quiescent, Cids, Reg};
+use mmcid_loom_tests::{finish, model, Cids, Reg};
 
 fn scenario(name: &'static str, mutant: Mutant) {
     model(name, move || {
@@ -46,10 +46,7 @@ fn scenario(name: &'static str, mutant: Mutant) {
         let mut r2 = t1.join().unwrap();
         assert_eq!((group.mode(), group.users(), group.max_cids()), (Mode::PerTask, 1, 1));
         assert_eq!(cids.visit(&mut r2), (0, CidKind::Task), "I4: alone again, the next guard has CID 0");
-        cids.check_total();
-        quiescent(&group, &[&r2]);
-        drop(r2);
-        all_free(&group);
+        finish(&group, &cids, vec![r2]);
     });
 }
 
