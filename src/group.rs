@@ -349,6 +349,7 @@ impl GroupBuilder {
     pub fn build(self) -> Result<Group, Error> {
         match self.virtual_cpus {
             Some(0) => Err(Error::ZeroThreads),
+            Some(n) if n > MAX_CPUS => Err(Error::CpuOutOfRange { cpu: n - 1, possible: MAX_CPUS }),
             Some(n) => {
                 let cpus = self.cpus.clone().unwrap_or_else(|| CpuSet::raw(0..n));
                 if cpus.is_empty() {
@@ -409,6 +410,10 @@ impl GroupBuilder {
         }
     }
 }
+
+/// The most cores (virtual or real) a group covers: one cache-padded slot each, and the core number must fit the
+/// guard's packed record.
+pub(crate) const MAX_CPUS: usize = 1 << 16;
 
 fn next_group_id() -> u64 {
     // A plain std atomic even under loom: ids only need to differ, and loom must not see this static.

@@ -63,44 +63,59 @@ pub(crate) enum Held {
     Temp(u32),
 }
 
-/// Result of `enter_raw`: what is held and whether `running` was set. A flat 12-byte record (not the `Held` enum
-/// with its padding) so the hot path passes it in registers.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Entered {
-    cid: u32,
-    cpu: u32,
-    kind: Kind,
-    pub(crate) running: bool,
-}
+/// Result of `enter_raw`: what is held and whether `running` was set, packed in one `u64` so the hot path keeps it
+/// in a register (a struct with padding was built on the stack with narrow stores and read back wide, which
+/// stalls store-to-load forwarding): bits 0..32 the CID, 32..34 the kind, bit 34 `running`, bits 40..64 the core.
+#[derive(Clone, Copy)]
+pub(crate) struct Entered(u64);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Task,
-    Core,
-    Temp,
-}
+const KIND_TASK: u64 = 0;
+const KIND_CORE: u64 = 1;
+const KIND_TEMP: u64 = 2;
+const KIND_SHIFT: u32 = 32;
+const RUNNING_BIT: u64 = 1 << 34;
+const CPU_SHIFT: u32 = 40;
 
 impl Entered {
     #[inline(always)]
     fn new(held: Held, running: bool) -> Entered {
-        match held {
-            Held::Task(cid) => Entered { cid, cpu: 0, kind: Kind::Task, running },
-            Held::Core { cpu, cid } => Entered { cid, cpu, kind: Kind::Core, running },
-            Held::Temp(cid) => Entered { cid, cpu: 0, kind: Kind::Temp, running },
-        }
+        let (cid, kind, cpu) = match held {
+            Held::Task(cid) => (cid, KIND_TASK, 0),
+            Held::Core { cpu, cid } => (cid, KIND_CORE, cpu),
+            Held::Temp(cid) => (cid, KIND_TEMP, 0),
+        };
+        let running = if running { RUNNING_BIT } else { 0 };
+        Entered(cid as u64 | kind << KIND_SHIFT | running | (cpu as u64) << CPU_SHIFT)
     }
 
     #[inline(always)]
     pub(crate) fn cid(self) -> u32 {
-        self.cid
+        self.0 as u32
+    }
+
+    #[inline(always)]
+    fn is_task(self) -> bool {
+        (self.0 >> KIND_SHIFT) & 3 == KIND_TASK
+    }
+
+    #[inline(always)]
+    fn running(self) -> bool {
+        self.0 & RUNNING_BIT != 0
     }
 
     pub(crate) fn held(self) -> Held {
-        match self.kind {
-            Kind::Task => Held::Task(self.cid),
-            Kind::Core => Held::Core { cpu: self.cpu, cid: self.cid },
-            Kind::Temp => Held::Temp(self.cid),
+        let cid = self.cid();
+        match (self.0 >> KIND_SHIFT) & 3 {
+            KIND_TASK => Held::Task(cid),
+            KIND_CORE => Held::Core { cpu: (self.0 >> CPU_SHIFT) as u32, cid },
+            _ => Held::Temp(cid),
         }
+    }
+}
+
+impl std::fmt::Debug for Entered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entered").field("held", &self.held()).field("running", &self.running()).finish()
     }
 }
 
@@ -389,10 +404,10 @@ impl Registration {
     /// Exit (design.md §4.2). The per-task path is inlined; the others are out of line.
     #[inline(always)]
     pub(crate) fn exit_raw(&mut self, entered: Entered) {
-        if entered.kind != Kind::Task {
+        if !entered.is_task() {
             return self.exit_other(entered);
         }
-        let w = entered.cid;
+        let w = entered.cid();
         let g = &*self.group.inner;
         // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
         self.rec.running.store(0, Release);
@@ -412,7 +427,7 @@ impl Registration {
             Held::Task(_) => unreachable!("handled inline"),
             Held::Core { cpu, cid } => {
                 let cpu = cpu as usize;
-                if entered.running {
+                if entered.running() {
                     self.rec.running.store(0, Release);
                 }
                 // Release: X1 of D-core; hands the core's CID, with our writes, to the next borrower (I8).
@@ -428,7 +443,7 @@ impl Registration {
             Held::Temp(c) => {
                 g.bitmap.clear(c);
                 self.rec.counters.bump(Ev::BitmapClear);
-                if entered.running {
+                if entered.running() {
                     self.rec.running.store(0, Release);
                 }
             }

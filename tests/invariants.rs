@@ -339,6 +339,7 @@ fn i9_bad_input() {
     let possible = Group::new().cores();
     assert!(matches!(CpuSet::from_cpus([possible]), Err(Error::CpuOutOfRange { .. })));
     assert_eq!(Group::builder().virtual_cpus(0).build().unwrap_err(), Error::ZeroThreads);
+    assert!(matches!(Group::builder().virtual_cpus(1 << 20).build(), Err(Error::CpuOutOfRange { .. })));
     assert_eq!(
         Group::builder().virtual_cpus(2).cpus_virtual([5]).build().unwrap_err(),
         Error::CpuOutOfRange { cpu: 5, possible: 2 }
