@@ -528,7 +528,25 @@ impl Drop for Registration {
 /// Proof that the holder owns a CID exclusively (≈ running on a CPU). Dropping it gives the CID back
 /// (≈ schedule-out): to the registration (per-task), to the core (per-CPU), or to the pool (temporary).
 ///
-/// `!Send`: the CID belongs to the thread that entered.
+/// `!Send`: the CID belongs to the thread that entered, so a guard cannot move to another thread:
+///
+/// ```compile_fail,E0277
+/// let group = mmcid::Group::new();
+/// let mut reg = group.register();
+/// let guard = reg.enter();
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard));
+/// });
+/// ```
+///
+/// while the registration itself may move between guards:
+///
+/// ```
+/// let group = mmcid::Group::new();
+/// let mut reg = group.register();
+/// drop(reg.enter());
+/// std::thread::spawn(move || drop(reg.enter())).join().unwrap();
+/// ```
 #[must_use = "dropping the guard releases the CID"]
 #[clippy::has_significant_drop]
 pub struct CidGuard<'a> {
