@@ -513,6 +513,7 @@ impl Inner {
         if !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
             self.heavy_barrier(); // F2: pairs with E2 and X2
         }
+        life.counters.bump(Ev::FixupWalk);
         for rec in life.regs.iter().flatten() {
             life.counters.bump(Ev::FixupVisit);
             // Acquire: pairs with X1 (running = 0, Release): the guard's writes happen before we free its CID.
@@ -545,6 +546,7 @@ impl Inner {
 
     /// Takes the CID of every core slot that owns one nobody is using (busy ones resolve at their exit, D-core).
     fn sweep_slots(&self, life: &mut Life) {
+        life.counters.bump(Ev::FixupWalk);
         for slot in self.slots.iter() {
             life.counters.bump(Ev::FixupVisit);
             let s = slot.load(Ordering::Acquire);
@@ -680,7 +682,8 @@ mod tests {
         // 8 allowed: thrs = min(8 - 2, 4) = 4 > 3 users: back to per-task before the call returns.
         g.set_cpus_allowed(&CpuSet::virtual_set(0..8).unwrap()).unwrap();
         assert_eq!((g.max_cids(), g.mode()), (3, Mode::PerTask));
-        assert_eq!(g.stats().switches_to_per_task, 1);
+        let stats = g.stats();
+        assert_eq!((stats.switches_to_per_cpu, stats.switches_to_per_task, stats.fixup_walks), (1, 1, 2));
         assert!(matches!(
             g.set_cpus_allowed(&CpuSet::virtual_set([8]).unwrap()),
             Err(Error::CpuOutOfRange { cpu: 8, possible: 8 })

@@ -21,6 +21,7 @@ pub(crate) enum Ev {
     BitmapClear,
     SwitchToCpu,
     SwitchToTask,
+    FixupWalk,
     FixupVisit,
     FixupTake,
 }
@@ -74,6 +75,8 @@ pub struct Stats {
     pub switches_to_per_cpu: u64,
     /// Switches from per-CPU to per-task ownership.
     pub switches_to_per_task: u64,
+    /// Fixup walks (one per switch, plus the sweep of core slots when the last registration leaves).
+    pub fixup_walks: u64,
     /// Owners (registrations or slots) visited by fixup walks.
     pub fixup_visits: u64,
     /// CIDs taken away by fixup walks.
@@ -149,6 +152,7 @@ impl Stats {
             bitmap_clears: t[Ev::BitmapClear as usize],
             switches_to_per_cpu: t[Ev::SwitchToCpu as usize],
             switches_to_per_task: t[Ev::SwitchToTask as usize],
+            fixup_walks: t[Ev::FixupWalk as usize],
             fixup_visits: t[Ev::FixupVisit as usize],
             fixup_takes: t[Ev::FixupTake as usize],
             cids_in_use: cids_in_use as u64,
