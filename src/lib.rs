@@ -76,3 +76,8 @@ pub use state::Mode;
 #[cfg(loom)]
 pub use state::Mutant;
 pub use stats::Stats;
+
+/// The README's code blocks, compiled and run as doctests so the front page never rots.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
