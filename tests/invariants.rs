@@ -25,16 +25,25 @@ fn assert_quiescent_empty(g: &Group) {
 /// I1 + I8 under churn that crosses the per-task/per-CPU boundary both ways: workers enter and leave (some yield
 /// or sleep inside their guards, several share a core), while churners register and drop registrations.
 fn churn(group: Group, virtual_cores: Option<usize>, workers: usize, rounds: usize) {
+    churn_with(group, virtual_cores, workers, rounds, |_| {});
+}
+
+/// `churn`, with `alongside` running on its own thread during the churn (e.g. widening the group's cores).
+fn churn_with(
+    group: Group,
+    virtual_cores: Option<usize>,
+    workers: usize,
+    rounds: usize,
+    alongside: impl FnOnce(Group) + Send + 'static,
+) {
     let cores = virtual_cores.unwrap_or(group.cores());
     let occ = Arc::new(Occupancy::new(4096));
     let payload = Arc::new(Payload::new(4096));
     let guards = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let modes_seen = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for w in 0..workers {
-        let (group, occ, payload, guards, modes_seen) =
-            (group.clone(), occ.clone(), payload.clone(), guards.clone(), modes_seen.clone());
+        let (group, occ, payload, guards) = (group.clone(), occ.clone(), payload.clone(), guards.clone());
         handles.push(thread::spawn(move || {
             for round in 0..rounds {
                 let mut reg = group.register();
@@ -48,7 +57,17 @@ fn churn(group: Group, virtual_cores: Option<usize>, workers: usize, rounds: usi
                     // I2 hard bound: below users + cores (users never exceed workers + churners here).
                     assert!(cid < 64 + cores, "I2 hard bound: CID {cid}");
                     payload.bump(cid);
-                    modes_seen.fetch_or(1 << (group.mode() as usize), SeqCst);
+                    if i == 13 && round % 2 == 1 {
+                        // I7 under churn: a panic inside the guard releases the CID during unwinding.
+                        occ.exit(cid);
+                        guards.fetch_add(1, SeqCst);
+                        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                            let _inside = guard;
+                            panic!("panic inside a guard (expected by the test)");
+                        }));
+                        assert!(unwound.is_err());
+                        continue;
+                    }
                     if i % 7 == 0 {
                         thread::sleep(Duration::from_micros(200)); // descheduled inside the guard
                     }
@@ -59,6 +78,10 @@ fn churn(group: Group, virtual_cores: Option<usize>, workers: usize, rounds: usi
             }
         }));
     }
+    let side = {
+        let group = group.clone();
+        thread::spawn(move || alongside(group))
+    };
     let churner = {
         let (group, stop) = (group.clone(), stop.clone());
         thread::spawn(move || {
@@ -77,6 +100,7 @@ fn churn(group: Group, virtual_cores: Option<usize>, workers: usize, rounds: usi
     }
     stop.store(true, SeqCst);
     churner.join().unwrap();
+    side.join().unwrap();
     assert_eq!(occ.held(), 0);
     assert_eq!(payload.sum(), guards.load(SeqCst), "I8/I1: a plain per-CID increment was lost");
     let stats = group.stats();
@@ -101,6 +125,20 @@ fn i1_i8_churn_crossing_modes_virtual_cores() {
 fn i1_i8_churn_crossing_modes_real_cores() {
     // The machine's own cores and sched_getcpu; more workers than cores forces per-CPU mode.
     churn(Group::new(), None, 5, 20);
+}
+
+#[test]
+fn i1_i8_churn_with_affinity_widening() {
+    // 2 of 8 virtual cores allowed at first, widened to 4 then 8 while the workers churn: max_cids and the
+    // switch-back threshold move under them.
+    let group = Group::builder().virtual_cpus(8).cpus_virtual(0..2).build().unwrap();
+    churn_with(group.clone(), Some(8), 6, 30, |g| {
+        for upto in [4, 8] {
+            thread::sleep(Duration::from_millis(5));
+            g.set_cpus_allowed(&CpuSet::virtual_set(0..upto).unwrap()).unwrap();
+        }
+    });
+    assert_eq!(group.cpus().len(), 8);
 }
 
 #[test]
