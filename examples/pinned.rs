@@ -15,7 +15,11 @@ use std::collections::BTreeSet;
 use std::sync::Barrier;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "-h" || a == "--help") {
+        println!("usage: pinned [ITERATIONS per thread, default 1000000] [THREADS_PER_CPU, default 1]");
+        return Ok(());
+    }
     let iterations: u64 = args.next().map_or(Ok(1_000_000), |a| a.parse())?;
     let threads_per_cpu: usize = args.next().map_or(Ok(1), |a| a.parse())?;
 
