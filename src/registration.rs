@@ -34,6 +34,7 @@ impl RegRec {
 pub struct Cid(u32);
 
 impl Cid {
+    #[cfg_attr(loom, allow(dead_code))] // used by the runtime's thread view, not compiled under loom
     pub(crate) fn from_raw(cid: u32) -> Cid {
         Cid(cid)
     }

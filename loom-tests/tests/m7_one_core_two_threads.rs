@@ -15,8 +15,8 @@ fn scenario(name: &'static str, mutant: Mutant) {
     model(name, move || {
         let group = Group::builder().virtual_cpus(1).mutant(mutant).build().unwrap();
         let cids = Cids::new(3 + 1);
-        let mut r1 = Reg::new(&group, 0);
-        let mut r2 = Reg::new(&group, 0);
+        let r1 = Reg::new(&group, 0);
+        let r2 = Reg::new(&group, 0);
         let mut r3 = Reg::new(&group, 0);
         assert_eq!(group.mode(), Mode::PerCpu);
         assert_eq!(cids.visit(&mut r3), (0, CidKind::Core(0))); // core 0 owns CID 0, idle
