@@ -38,7 +38,14 @@ pub(crate) struct Hot {
     pub(crate) max_cids: AtomicU32,
     /// Whether light barriers may be compiler fences (membarrier registered).
     pub(crate) asym: bool,
+    /// The mode word value for which enter and exit may finish inline after only a compiler fence: `PER_TASK`
+    /// when the heavy side is membarrier (or under loom, where the compiler fence is a full fence), else
+    /// `NO_FAST_TASK`, which no mode word ever equals, so the fallback always reaches `light_barrier_rest`.
+    pub(crate) fast_task: u32,
 }
+
+/// `Hot::fast_task` of a group without membarrier: not a mode word value.
+pub(crate) const NO_FAST_TASK: u32 = u32::MAX;
 
 pub(crate) struct Inner {
     pub(crate) hot: CachePadded<Hot>,
@@ -389,7 +396,12 @@ impl GroupBuilder {
         }
         Group {
             inner: Arc::new(Inner {
-                hot: CachePadded::new(Hot { mode: AtomicU32::new(PER_TASK), max_cids: AtomicU32::new(0), asym }),
+                hot: CachePadded::new(Hot {
+                    mode: AtomicU32::new(PER_TASK),
+                    max_cids: AtomicU32::new(0),
+                    asym,
+                    fast_task: if asym || cfg!(loom) { PER_TASK } else { NO_FAST_TASK },
+                }),
                 slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
                 bitmap,
                 cores,
@@ -451,6 +463,18 @@ impl Inner {
         } else {
             fence(Ordering::SeqCst);
         }
+    }
+
+    /// The part of the light barrier that the inline fast paths leave out: after their compiler fence, the full
+    /// fence of a group without membarrier (loom models the compiler fence itself as a full fence). Returns
+    /// whether it fenced, i.e. whether loads made before it must be made again.
+    #[inline(always)]
+    pub(crate) fn light_barrier_rest(&self) -> bool {
+        let full = !self.hot.asym && !cfg!(loom);
+        if full {
+            fence(Ordering::SeqCst);
+        }
+        full
     }
 
     /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence.

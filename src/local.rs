@@ -1,23 +1,90 @@
 //! The thread-local convenience layer: `Group::enter` for code that does not manage registrations.
 //!
-//! Each thread keeps a pool of registrations per group. `Group::enter` takes one (registering on first use),
-//! the guard owns it while alive and gives it back on drop; a nested `enter` on the same thread finds the pool
-//! empty and registers a second one, so nested guards never share a CID. The pool is dropped at thread exit, which
-//! unregisters its registrations (I7). No protocol here is concurrent: only the owning thread touches its pool.
+//! Each thread parks one registration, of the group it entered last, in a thread-local slot: `Group::enter` takes
+//! it from there (two plain stores) and the guard's drop parks it again, so the pair costs a few instructions on
+//! top of [`Registration::enter`]. Registrations of other groups, and the second registration that a nested
+//! `enter` on the same thread needs (nested guards never share a CID), wait in a per-thread pool. The slot and the
+//! pool are dropped at thread exit, which unregisters their registrations (I7); a guard that outlives them (held
+//! by another thread-local's destructor) unregisters its registration itself. No protocol here is concurrent:
+//! only the owning thread touches its slot and pool.
 
-use crate::registration::Entered;
-use crate::{view, Group, Registration};
-use std::cell::RefCell;
+use crate::{Group, Registration};
+use std::cell::{Cell, RefCell};
+use std::ptr::{self, NonNull};
+
+/// The parked registration: `reg` owns a `Box<Registration>` made by `Box::into_raw` (null when empty), `id` is its
+/// group's id (0 when empty; group ids start at 1). No destructor, so the hot path needs no thread-local state
+/// check: `Closer`, registered on the first (cold) take, empties it at thread exit.
+struct Parked {
+    id: Cell<u64>,
+    reg: Cell<*mut Registration>,
+}
+
+/// After `Closer` ran: an `id` no group has and a non-null `reg` that is never dereferenced, so nothing is taken
+/// from or parked in the slot any more.
+const CLOSED_ID: u64 = u64::MAX;
+
+/// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot.
+struct Closer;
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let _ = PARKED.try_with(|p| {
+            p.id.set(CLOSED_ID);
+            let reg = p.reg.replace(NonNull::dangling().as_ptr());
+            if !reg.is_null() {
+                // SAFETY: a non-null `reg` that is not the closed marker (set only here, once) is a
+                // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
+                drop(unsafe { Box::from_raw(reg) });
+            }
+        });
+    }
+}
 
 thread_local! {
+    static PARKED: Parked = const { Parked { id: Cell::new(0), reg: Cell::new(ptr::null_mut()) } };
+    static CLOSER: Closer = const { Closer };
     // Boxed: a `Group::enter` guard owns its registration through a raw pointer, and moving a box in and out of the
     // pool moves one pointer, not the registration.
     #[allow(clippy::vec_box)]
     static POOL: RefCell<Vec<(u64, Vec<Box<Registration>>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A registration of `group` for the calling thread: from the pool, or a new one.
-pub(crate) fn take(group: &Group) -> Box<Registration> {
+/// Takes the parked registration if it belongs to group `id`: the caller owns the returned `Box::into_raw`
+/// pointer.
+#[inline(always)]
+fn unpark(id: u64) -> Option<NonNull<Registration>> {
+    PARKED
+        .try_with(|p| {
+            if p.id.get() != id {
+                return None;
+            }
+            p.id.set(0);
+            NonNull::new(p.reg.replace(ptr::null_mut()))
+        })
+        .ok()
+        .flatten()
+}
+
+/// A registration of `group` for the calling thread, as an owned `Box::into_raw` pointer: the parked one, one from
+/// the pool, or a new one.
+#[inline(always)]
+pub(crate) fn take(group: &Group) -> NonNull<Registration> {
+    unpark(group.id()).unwrap_or_else(|| take_slow(group))
+}
+
+#[cold]
+fn take_slow(group: &Group) -> NonNull<Registration> {
+    // Registers the slot's thread-exit hook (a no-op after the first time). If the thread is already past its
+    // thread-local destructors, close the slot instead: nothing parked after this point could be dropped.
+    if CLOSER.try_with(|_| ()).is_err() {
+        let _ = PARKED.try_with(|p| {
+            if p.reg.get().is_null() {
+                p.id.set(CLOSED_ID);
+                p.reg.set(NonNull::dangling().as_ptr());
+            }
+        });
+    }
     let id = group.id();
     let pooled = POOL
         .try_with(|pool| {
@@ -26,11 +93,35 @@ pub(crate) fn take(group: &Group) -> Box<Registration> {
         })
         .ok()
         .flatten();
-    pooled.unwrap_or_else(|| Box::new(group.register()))
+    let reg = pooled.unwrap_or_else(|| Box::new(group.register()));
+    NonNull::from(Box::leak(reg))
 }
 
-/// Gives a registration back to the calling thread's pool; drops (unregisters) it if the pool is gone.
-pub(crate) fn release(reg: Box<Registration>) {
+/// Gives back a registration taken with `take` (an owned `Box::into_raw` pointer): parks it if the slot is
+/// empty, else puts it in the pool, else (thread-locals gone) drops it, which unregisters it.
+#[inline(always)]
+pub(crate) fn give_back(reg: NonNull<Registration>) {
+    // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases nothing mutable.
+    let id = unsafe { reg.as_ref() }.group().id();
+    let parked = PARKED
+        .try_with(|p| {
+            let empty = p.reg.get().is_null();
+            if empty {
+                p.reg.set(reg.as_ptr());
+                p.id.set(id);
+            }
+            empty
+        })
+        .unwrap_or(false);
+    if !parked {
+        // SAFETY: not parked, so the caller's ownership of the `Box::into_raw` pointer ends here.
+        release(unsafe { Box::from_raw(reg.as_ptr()) });
+    }
+}
+
+/// Puts a registration in the calling thread's pool; drops (unregisters) it if the pool is gone.
+#[cold]
+fn release(reg: Box<Registration>) {
     let id = reg.group().id();
     let mut reg = Some(reg);
     let _ = POOL.try_with(|pool| {
@@ -45,57 +136,20 @@ pub(crate) fn release(reg: Box<Registration>) {
     drop(reg); // still Some only if the pool is gone or busy: unregister now
 }
 
-/// Runs `f` with a CID of `group`, entering the calling thread's pooled registration in place: no move out of the
-/// pool and no guard object, which is what makes `ShardedCounter::add` a few ns. Falls back to `Group::enter` when
-/// the thread has no pooled registration yet (first use) or its pool is in use (`f` itself enters again).
-#[inline]
+/// Runs `f` with a CID of `group` through `Group::enter`; the guard's drop exits even if `f` panics (I7).
+#[inline(always)]
 pub(crate) fn with_cid<R>(group: &Group, f: impl FnOnce(usize) -> R) -> R {
-    let id = group.id();
-    let mut f = Some(f);
-    let fast = POOL.try_with(|pool| {
-        let mut pool = pool.try_borrow_mut().ok()?;
-        let reg = pool.iter_mut().find(|(g, _)| *g == id)?.1.last_mut()?;
-        let inside = InPlace::enter(reg);
-        let f = f.take()?;
-        Some(f(inside.entered.cid() as usize))
-    });
-    match (fast, f) {
-        (Ok(Some(r)), _) => r,
-        (_, Some(f)) => {
-            let guard = group.enter();
-            f(guard.cid().get())
-        }
-        (_, None) => unreachable!("f ran on the fast path but produced no result"),
-    }
+    let guard = group.enter();
+    f(guard.cid().get())
 }
 
-/// An in-place enter whose drop exits, so a panic in the caller's closure still releases the CID (I7).
-struct InPlace<'a> {
-    reg: &'a mut Registration,
-    entered: Entered,
-    prev_view: u32,
-}
-
-impl<'a> InPlace<'a> {
-    #[inline(always)]
-    fn enter(reg: &'a mut Registration) -> InPlace<'a> {
-        let entered = reg.enter_raw();
-        let prev_view = view::enter(entered.cid());
-        InPlace { reg, entered, prev_view }
-    }
-}
-
-impl Drop for InPlace<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        view::exit(self.prev_view);
-        self.reg.exit_raw(self.entered);
-    }
-}
-
-/// Drops the calling thread's pooled registrations of `group` (they would otherwise live until thread exit).
+/// Drops the calling thread's idle registrations of `group` (they would otherwise live until thread exit).
 pub(crate) fn forget(group: &Group) -> usize {
     let id = group.id();
+    let parked = unpark(id).map(|reg| {
+        // SAFETY: `unpark` handed us ownership of the `Box::into_raw` pointer.
+        drop(unsafe { Box::from_raw(reg.as_ptr()) });
+    });
     let regs = POOL
         .try_with(|pool| {
             let mut pool = pool.try_borrow_mut().ok()?;
@@ -105,7 +159,7 @@ pub(crate) fn forget(group: &Group) -> usize {
         .ok()
         .flatten()
         .unwrap_or_default();
-    let n = regs.len();
+    let n = regs.len() + parked.is_some() as usize;
     drop(regs);
     n
 }
@@ -114,9 +168,10 @@ impl Group {
     /// Enters the group from the calling thread without managing a registration: the thread is registered on
     /// first use and unregistered when it exits (I7).
     ///
-    /// Cost: a thread-local lookup and a move of the boxed pooled registration out and back on top of
-    /// [`Registration::enter`]: about 160 instructions and 7.7 ns per enter+exit against 43 and 1.9 ns for the
-    /// explicit API (docs/benchmarks.md, 2-core EPYC VM); the first call on a thread also registers it. The pooled registration keeps the
+    /// Cost: a thread-local compare and two stores on top of [`Registration::enter`] while the thread keeps using
+    /// one group (its registration stays parked in a thread-local slot): about 50 instructions per enter+exit
+    /// against 23 for the explicit API (docs/benchmarks.md); the first call on a thread also registers it, and a
+    /// thread alternating between groups takes a pooled path (~100 instructions more). The parked registration keeps the
     /// group alive until the thread exits or calls [`Group::leave_thread`]. Nested calls on one thread get
     /// distinct CIDs (a second registration is made).
     ///
@@ -128,8 +183,9 @@ impl Group {
     /// ```
     #[inline]
     pub fn enter(&self) -> crate::CidGuard<'static> {
-        let mut reg = take(self);
-        let entered = reg.enter_raw();
+        let reg = take(self);
+        // SAFETY: `take` hands us ownership of a live `Box::into_raw` pointer; nothing else refers to it.
+        let entered = unsafe { &mut *reg.as_ptr() }.enter_raw();
         crate::CidGuard::pooled(reg, entered)
     }
 

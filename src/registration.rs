@@ -1,10 +1,10 @@
 //! `Registration` (≈ a task of the mm) and `CidGuard` (≈ running on a CPU): the enter and exit state machines of
-//! design.md §4. The two fast paths are `enter_raw` and `exit_raw`; everything else is `#[cold]`.
+//! design.md §4. The per-task fast paths (`enter_raw`, `exit_task`) are inlined; everything else is out of line.
 
 use crate::group::*;
 use crate::state::*;
 use crate::stats::{Counters, Ev};
-use crate::sync::{Arc, AtomicU32, Ordering::*};
+use crate::sync::{compiler_fence, Arc, AtomicU32, Ordering::*};
 use crate::{sys, Error, Group};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -64,9 +64,9 @@ pub(crate) enum Held {
     Temp(u32),
 }
 
-/// Result of `enter_raw`: what is held and whether `running` was set, packed in one `u64` so the hot path keeps it
-/// in a register (a struct with padding was built on the stack with narrow stores and read back wide, which
-/// stalls store-to-load forwarding): bits 0..32 the CID, 32..34 the kind, bit 34 `running`, bits 40..64 the core.
+/// Result of `enter_raw`: what is held, packed in one `u64` so the hot path keeps it in a register (a struct with
+/// padding was built on the stack with narrow stores and read back wide, which stalls store-to-load forwarding):
+/// bits 0..32 the CID, 32..34 the kind, bit 34 "the guard owns its pooled registration", bits 40..64 the core.
 #[derive(Clone, Copy)]
 pub(crate) struct Entered(u64);
 
@@ -74,19 +74,25 @@ const KIND_TASK: u64 = 0;
 const KIND_CORE: u64 = 1;
 const KIND_TEMP: u64 = 2;
 const KIND_SHIFT: u32 = 32;
-const RUNNING_BIT: u64 = 1 << 34;
+const POOLED_BIT: u64 = 1 << 34;
 const CPU_SHIFT: u32 = 40;
 
 impl Entered {
     #[inline(always)]
-    fn new(held: Held, running: bool) -> Entered {
+    fn new(held: Held) -> Entered {
         let (cid, kind, cpu) = match held {
             Held::Task(cid) => (cid, KIND_TASK, 0),
             Held::Core { cpu, cid } => (cid, KIND_CORE, cpu),
             Held::Temp(cid) => (cid, KIND_TEMP, 0),
         };
-        let running = if running { RUNNING_BIT } else { 0 };
-        Entered(cid as u64 | kind << KIND_SHIFT | running | (cpu as u64) << CPU_SHIFT)
+        Entered(cid as u64 | kind << KIND_SHIFT | (cpu as u64) << CPU_SHIFT)
+    }
+
+    /// The same, marked as owning its (pooled) registration.
+    #[cfg_attr(loom, allow(dead_code))] // the thread-local pool is not compiled under loom
+    #[inline(always)]
+    fn into_pooled(self) -> Entered {
+        Entered(self.0 | POOLED_BIT)
     }
 
     #[inline(always)]
@@ -100,8 +106,14 @@ impl Entered {
     }
 
     #[inline(always)]
-    fn running(self) -> bool {
-        self.0 & RUNNING_BIT != 0
+    fn pooled(self) -> bool {
+        self.0 & POOLED_BIT != 0
+    }
+
+    /// Per-task and not pooled: the one case a guard's drop handles inline (one test for both).
+    #[inline(always)]
+    fn is_plain_task(self) -> bool {
+        self.0 & (3 << KIND_SHIFT | POOLED_BIT) == 0
     }
 
     pub(crate) fn held(self) -> Held {
@@ -116,7 +128,7 @@ impl Entered {
 
 impl std::fmt::Debug for Entered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entered").field("held", &self.held()).field("running", &self.running()).finish()
+        f.debug_struct("Entered").field("held", &self.held()).field("pooled", &self.pooled()).finish()
     }
 }
 
@@ -207,33 +219,53 @@ impl Registration {
         }
     }
 
-    /// Enter (design.md §4.1). Fast paths: per-task, no read-modify-write (inlined); per-CPU, one CAS on the
-    /// core's slot.
+    /// Enter (design.md §4.1). Every enter starts with D-enter's E1..E3; the per-task fast path ends right there,
+    /// with no read-modify-write (inlined); everything else continues in `enter_other`.
     #[inline(always)]
     pub(crate) fn enter_raw(&mut self) -> Entered {
         let g = &*self.group.inner;
-        if g.hot.mode.load(Acquire) == PER_CPU {
-            return self.enter_per_cpu();
-        }
+        let rec = &*self.rec;
         // Relaxed: E1 of D-enter; ordered before E3 by the light barrier, and publishes nothing.
-        self.rec.running.store(1, Relaxed);
+        rec.running.store(1, Relaxed);
         if !g.mutant(MUTANT_NO_ENTER_BARRIER) {
-            g.light_barrier(); // E2: pairs with F2 of a task → CPU switch
+            // E2, light side: pairs with F2 of a task → CPU switch. The whole light barrier when F2 is membarrier;
+            // otherwise `fast_task` never matches and `enter_other` adds the full fence.
+            compiler_fence(SeqCst);
         }
         // Acquire: pairs with the Release completion store F4 (and F1), so the word below reflects every fixup
         // this mode value is the result of.
         let m = g.hot.mode.load(Acquire); // E3
-        let w = self.rec.cid.load(Acquire);
+        let w = rec.cid.load(Acquire);
         // UNSET is larger than any max_cids, so one compare checks "owns a CID" and "in range".
-        if m == PER_TASK && (w as usize) < g.max_cids() {
-            self.rec.counters.bump(Ev::TaskFast);
-            return Entered::new(Held::Task(w), true);
+        if m == g.hot.fast_task && (w as usize) < g.max_cids() {
+            rec.counters.bump(Ev::TaskFast);
+            return Entered::new(Held::Task(w));
+        }
+        self.enter_other(m)
+    }
+
+    /// Enter after E1 and the compiler fence, when the per-task fast path did not apply: the per-CPU fast path, the
+    /// per-task fast path of a group without membarrier, or the slow path.
+    #[inline(never)]
+    fn enter_other(&mut self, m: u32) -> Entered {
+        if m == PER_CPU {
+            // No fence needed to choose this path: the slot CAS decides, and the slow path completes E2 itself.
+            return self.enter_per_cpu();
+        }
+        let g = &*self.group.inner;
+        if g.light_barrier_rest() {
+            // The full fence of E2 ran only now: read E3 again.
+            let m = g.hot.mode.load(Acquire);
+            let w = self.rec.cid.load(Acquire);
+            if m == PER_TASK && (w as usize) < g.max_cids() {
+                self.rec.counters.bump(Ev::TaskFast);
+                return Entered::new(Held::Task(w));
+            }
         }
         self.enter_slow(true)
     }
 
     /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot.
-    #[inline(never)]
     fn enter_per_cpu(&mut self) -> Entered {
         let g = &*self.group.inner;
         let cpu = self.cpu_index();
@@ -244,31 +276,29 @@ impl Registration {
             // Acquire: pairs with the previous borrower's X1 Release store (I8).
             if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
                 self.rec.counters.bump(Ev::CpuFast);
-                return Entered::new(Held::Core { cpu: cpu as u32, cid: c }, false);
+                return Entered::new(Held::Core { cpu: cpu as u32, cid: c });
             }
         } else if s & BUSY != 0 && self.rec.cid.load(Relaxed) == UNSET {
             // The core's CID is in use by a thread descheduled inside its guard, and we own nothing: a temporary,
-            // straight from the bitmap. No `running` and no barrier: fixups only take registration words (ours
-            // is UNSET, and only we store CIDs into it) and idle slots, never a guard's temporary. Relaxed load:
-            // others only ever store UNSET into our word.
+            // straight from the bitmap. No barrier needed: fixups only take registration words (ours is UNSET,
+            // only we store CIDs into it, and `running` is set anyway) and idle slots, never a guard's temporary.
+            // Relaxed load: others only ever store UNSET into our word.
             let n = g.bitmap.get();
             let c = &self.rec.counters;
             c.bump(Ev::Temporary);
             c.bump(Ev::Alloc);
             c.bump(Ev::BitmapSet);
-            return Entered::new(Held::Temp(n), false);
+            return Entered::new(Held::Temp(n));
         }
         self.enter_slow(false)
     }
 
+    /// Slow path, with `running` set; `fenced`: the light barrier is complete (else E2 is completed here).
     #[cold]
-    fn enter_slow(&mut self, running: bool) -> Entered {
+    fn enter_slow(&mut self, fenced: bool) -> Entered {
         let g = &*self.group.inner;
-        if !running {
-            self.rec.running.store(1, Relaxed); // E1
-            if !g.mutant(MUTANT_NO_ENTER_BARRIER) {
-                g.light_barrier(); // E2
-            }
+        if !fenced && !g.mutant(MUTANT_NO_ENTER_BARRIER) {
+            g.light_barrier_rest(); // E2 (the compiler fence ran in enter_raw)
         }
         let m = g.hot.mode.load(Acquire); // E3
         let held = if m & ONCPU == 0 { self.enter_task_owned() } else { self.enter_core_owned() };
@@ -277,7 +307,7 @@ impl Registration {
             Held::Core { .. } => Ev::CpuSlow,
             Held::Temp(_) => Ev::Temporary,
         });
-        Entered::new(held, true)
+        Entered::new(held)
     }
 
     /// Per-task or CPU → task: the registration owns its CID (design.md §4.3). By D-enter no fixup takes our word
@@ -405,17 +435,34 @@ impl Registration {
     /// Exit (design.md §4.2). The per-task path is inlined; the others are out of line.
     #[inline(always)]
     pub(crate) fn exit_raw(&mut self, entered: Entered) {
-        if !entered.is_task() {
-            return self.exit_other(entered);
+        if entered.is_task() {
+            self.exit_task(entered.cid())
+        } else {
+            self.exit_other(entered)
         }
-        let w = entered.cid();
+    }
+
+    /// Per-task exit: D-exit's X1..X3, no read-modify-write.
+    #[inline(always)]
+    fn exit_task(&mut self, w: u32) {
         let g = &*self.group.inner;
         // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
         self.rec.running.store(0, Release);
         if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
-            g.light_barrier(); // X2: pairs with F2
+            compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_task_other if needed)
         }
         let m = g.hot.mode.load(Acquire); // X3
+        if m != g.hot.fast_task {
+            self.exit_task_other(w, m);
+        }
+    }
+
+    /// Per-task exit that may need more: the full fence of a group without membarrier, or a switch ran.
+    #[inline(never)]
+    fn exit_task_other(&mut self, w: u32, m: u32) {
+        let g = &*self.group.inner;
+        let fenced = !g.mutant(MUTANT_NO_EXIT_BARRIER) && g.light_barrier_rest();
+        let m = if fenced { g.hot.mode.load(Acquire) } else { m }; // X3 again, after the full fence
         if m != PER_TASK {
             self.exit_slow_task(w, m);
         }
@@ -428,9 +475,7 @@ impl Registration {
             Held::Task(_) => unreachable!("handled inline"),
             Held::Core { cpu, cid } => {
                 let cpu = cpu as usize;
-                if entered.running() {
-                    self.rec.running.store(0, Release);
-                }
+                self.rec.running.store(0, Release);
                 // Release: X1 of D-core; hands the core's CID, with our writes, to the next borrower (I8).
                 g.slots[cpu].store(slot::owned(cid), Release);
                 if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
@@ -444,9 +489,7 @@ impl Registration {
             Held::Temp(c) => {
                 g.bitmap.clear(c);
                 self.rec.counters.bump(Ev::BitmapClear);
-                if entered.running() {
-                    self.rec.running.store(0, Release);
-                }
+                self.rec.running.store(0, Release);
             }
         }
     }
@@ -557,7 +600,6 @@ pub struct CidGuard<'a> {
     reg: NonNull<Registration>,
     entered: Entered,
     prev_view: u32,
-    pooled: bool,
     _marker: PhantomData<(&'a mut Registration, *mut ())>,
 }
 
@@ -571,16 +613,15 @@ impl<'a> CidGuard<'a> {
     #[inline(always)]
     pub(crate) fn borrowed(reg: &'a mut Registration, entered: Entered) -> CidGuard<'a> {
         let prev_view = crate::view::enter(entered.cid());
-        CidGuard { reg: NonNull::from(reg), entered, prev_view, pooled: false, _marker: PhantomData }
+        CidGuard { reg: NonNull::from(reg), entered, prev_view, _marker: PhantomData }
     }
 
-    /// A guard that owns `reg` (from the thread's pool) and gives it back to the pool on drop.
+    /// A guard that owns `reg` (a `Box::into_raw` pointer from the thread-local layer) and gives it back on drop.
     #[cfg(not(loom))]
-    pub(crate) fn pooled(reg: Box<Registration>, entered: Entered) -> CidGuard<'static> {
+    #[inline(always)]
+    pub(crate) fn pooled(reg: NonNull<Registration>, entered: Entered) -> CidGuard<'static> {
         let prev_view = crate::view::enter(entered.cid());
-        // Box::into_raw never returns null.
-        let reg = NonNull::new(Box::into_raw(reg)).expect("Box::into_raw is non-null");
-        CidGuard { reg, entered, prev_view, pooled: true, _marker: PhantomData }
+        CidGuard { reg, entered: entered.into_pooled(), prev_view, _marker: PhantomData }
     }
 
     /// The CID this guard holds.
@@ -623,24 +664,30 @@ impl Drop for CidGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         crate::view::exit(self.prev_view);
-        // SAFETY: `reg` came from `&'a mut Registration` (and `_marker` keeps that borrow alive for the guard's
-        // life) or from `Box::into_raw` owned by this guard; either way nothing else accesses it now.
-        unsafe { self.reg.as_mut() }.exit_raw(self.entered);
-        if self.pooled {
-            self.release_pooled();
+        // Copies: the rest of the drop works from registers, not from the guard.
+        let (reg, entered) = (self.reg, self.entered);
+        if entered.is_plain_task() {
+            // SAFETY: `reg` came from `&'a mut Registration` (and `_marker` keeps that borrow alive for the
+            // guard's life); nothing else accesses it now.
+            unsafe { &mut *reg.as_ptr() }.exit_task(entered.cid());
+        } else if entered.pooled() {
+            drop_pooled(reg, entered);
+        } else {
+            // SAFETY: as above (not pooled: borrowed). Not plain per-task and not pooled: per-CPU or temporary.
+            unsafe { &mut *reg.as_ptr() }.exit_other(entered);
         }
     }
 }
 
-impl CidGuard<'_> {
-    #[cold]
-    fn release_pooled(&mut self) {
-        // SAFETY: `pooled` guards own `reg`, made by `Box::into_raw` in `CidGuard::pooled`; this runs once, from
-        // drop, after the last use of the pointer.
-        let reg = unsafe { Box::from_raw(self.reg.as_ptr()) };
-        #[cfg(not(loom))]
-        crate::local::release(reg);
-        #[cfg(loom)]
-        drop(reg);
-    }
+/// Drop of a `Group::enter` guard: exit, then give the registration back to the thread-local layer.
+#[inline(never)]
+fn drop_pooled(reg: NonNull<Registration>, entered: Entered) {
+    // SAFETY: pooled guards own `reg`, a live `Box::into_raw` pointer (`CidGuard::pooled`); nothing else accesses
+    // it during the guard's drop.
+    unsafe { &mut *reg.as_ptr() }.exit_raw(entered);
+    #[cfg(not(loom))]
+    crate::local::give_back(reg);
+    #[cfg(loom)]
+    // SAFETY: as above; under loom pooled guards are never made, so this only keeps the type honest.
+    drop(unsafe { Box::from_raw(reg.as_ptr()) });
 }

@@ -1,0 +1,133 @@
+//! The thread-local convenience layer (`Group::enter`, `ShardedCounter::add`, `Group::leave_thread`), tested on
+//! its own: which registration each call uses, and that every path out of a thread gives back what it held (I5, I7).
+
+use mmcid::{Group, ShardedCounter};
+use std::cell::RefCell;
+use std::thread;
+
+/// Quiescent and empty: no user, no bit set, no owner (I5).
+fn assert_empty(group: &Group) {
+    assert_eq!(group.users(), 0, "a thread-local registration outlived its thread");
+    let audit = group.audit();
+    assert_eq!((audit.bits, audit.owners), (0, 0), "CIDs left behind: {audit:?}");
+}
+
+#[test]
+fn one_registration_per_thread_is_reused() {
+    let group = Group::new();
+    let g = group.clone();
+    thread::spawn(move || {
+        let first = g.enter().cid();
+        for _ in 0..100 {
+            assert_eq!(g.enter().cid(), first, "the parked registration keeps its CID (I3)");
+        }
+        assert_eq!(g.users(), 1, "sequential enters share one registration");
+    })
+    .join()
+    .unwrap();
+    assert_empty(&group);
+}
+
+#[test]
+fn nested_enters_get_distinct_registrations_and_all_return() {
+    let group = Group::new();
+    let g = group.clone();
+    thread::spawn(move || {
+        for _ in 0..3 {
+            let a = g.enter();
+            let b = g.enter();
+            let c = g.enter();
+            let cids = [a.cid(), b.cid(), c.cid()];
+            assert!(cids[0] != cids[1] && cids[1] != cids[2] && cids[0] != cids[2], "I1 on one thread: {cids:?}");
+            drop(b); // out of order: parks b, a and c go to the pool
+        }
+        assert_eq!(g.users(), 3, "the pool reuses the nested registrations");
+        assert_eq!(g.leave_thread(), 3, "leave_thread drops the parked one and the pooled ones");
+        assert_eq!(g.users(), 0);
+        drop(g.enter()); // usable again afterwards
+        assert_eq!(g.users(), 1);
+    })
+    .join()
+    .unwrap();
+    assert_empty(&group);
+}
+
+#[test]
+fn two_groups_alternating_on_one_thread() {
+    let (x, y) = (Group::new(), Group::new());
+    let (gx, gy) = (x.clone(), y.clone());
+    thread::spawn(move || {
+        let (cx, cy) = (gx.enter().cid(), gy.enter().cid());
+        for _ in 0..50 {
+            assert_eq!(gx.enter().cid(), cx);
+            assert_eq!(gy.enter().cid(), cy);
+        }
+        assert_eq!((gx.users(), gy.users()), (1, 1), "one registration per group, parked or pooled");
+        assert_eq!(gx.leave_thread(), 1);
+        assert_eq!((gx.users(), gy.users()), (0, 1), "leave_thread touches only its own group");
+    })
+    .join()
+    .unwrap();
+    assert_empty(&x);
+    assert_empty(&y);
+}
+
+thread_local! {
+    // Dropped at thread exit, possibly after the layer's own thread-locals are gone.
+    static LATE: RefCell<Option<mmcid::CidGuard<'static>>> = const { RefCell::new(None) };
+}
+
+#[test]
+fn guard_that_outlives_the_thread_locals_still_releases() {
+    let group = Group::new();
+    let g = group.clone();
+    thread::spawn(move || {
+        drop(g.enter()); // something parked
+        let outer = g.enter(); // takes the parked registration
+        let inner = g.enter(); // a second one, from the pool path
+        LATE.with(|l| *l.borrow_mut() = Some(inner));
+        drop(outer);
+        assert_eq!(g.users(), 2);
+    })
+    .join()
+    .unwrap();
+    assert_empty(&group);
+}
+
+#[test]
+fn counter_add_inside_a_guard_uses_another_registration() {
+    let group = Group::new();
+    let counter = std::sync::Arc::new(ShardedCounter::new(&group));
+    let (g, c) = (group.clone(), counter.clone());
+    // A plain spawn + join, not a scope: join waits for the thread's thread-local destructors, a scope does not.
+    thread::spawn(move || {
+        let guard = g.enter();
+        c.add(5); // nested: must not reuse the guard's CID
+        assert_eq!(g.users(), 2);
+        drop(guard);
+        for _ in 0..10 {
+            c.add(1);
+        }
+        assert_eq!(g.users(), 2, "no registration per call");
+    })
+    .join()
+    .unwrap();
+    assert_eq!(counter.sum(), 15);
+    assert_empty(&group);
+}
+
+#[test]
+fn panic_inside_counter_closure_path_releases() {
+    // A panic while a `Group::enter` guard is live unwinds through its drop (I7); the thread's registrations are
+    // released at thread exit.
+    let group = Group::new();
+    let g = group.clone();
+    let r = thread::spawn(move || {
+        let _guard = g.enter();
+        let _second = g.enter();
+        panic!("inside two thread-local guards");
+    })
+    .join();
+    assert!(r.is_err());
+    assert_empty(&group);
+}
