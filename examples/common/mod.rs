@@ -1,4 +1,5 @@
-//! Helpers shared by the benchmark examples (`hackbench`, `thread_pools`): argument parsing and statistics.
+//! Helpers shared by the benchmark examples (`hackbench`, `thread_pools`): argument parsing, statistics (paired
+//! costs, a distribution-free confidence interval for their median, the goal verdicts) and tables.
 //! Included with `#[path = "common/mod.rs"] mod common;`; not an example of its own.
 #![allow(dead_code)]
 
@@ -44,4 +45,363 @@ pub fn pct(t: f64, base: f64) -> f64 {
 /// `s` as a JSON string literal.
 pub fn json_str(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Paired differences and a distribution-free confidence interval for their median
+//
+// Each repeat runs every policy once, back to back, so the runs of one repeat saw nearly the same machine load.
+// The paired cost d_r = cost(P, r) versus the baseline's run of the same repeat cancels the slow drift of that
+// load; the median of the d_r gets a confidence interval from order statistics (the sign test's interval), which
+// assumes nothing about the distribution of the d_r beyond independence between repeats.
+
+/// Coverage the verdicts ask of a median's confidence interval.
+pub const CI_LEVEL: f64 = 0.90;
+
+/// Paired cost of a time `t` against the baseline's time `base` of the same repeat, in percent (positive = slower).
+pub fn time_cost_pct(t: f64, base: f64) -> f64 {
+    (t / base - 1.0) * 100.0
+}
+
+/// Paired cost of a throughput `thr` against the baseline's `base` of the same repeat, in percent of the
+/// baseline's throughput (positive = slower).
+pub fn throughput_cost_pct(thr: f64, base: f64) -> f64 {
+    (1.0 - thr / base) * 100.0
+}
+
+/// `cost(runs[r], base[r])` for every repeat `r` both have, dropping values that are not finite (a zero baseline).
+pub fn paired_pct(runs: &[f64], base: &[f64], cost: fn(f64, f64) -> f64) -> Vec<f64> {
+    runs.iter().zip(base).map(|(&x, &b)| cost(x, b)).filter(|d| d.is_finite()).collect()
+}
+
+/// P(Bin(n, 1/2) <= k), summed in log space so that large `n` neither overflows nor underflows.
+pub fn binomial_half_cdf(n: usize, k: usize) -> f64 {
+    if k >= n {
+        return 1.0;
+    }
+    let ln_half_pow_n = -(n as f64) * std::f64::consts::LN_2;
+    let (mut ln_choose, mut sum) = (0.0, 0.0); // ln C(n, 0) = 0
+    for i in 0..=k {
+        if i > 0 {
+            ln_choose += ((n - i + 1) as f64 / i as f64).ln();
+        }
+        sum += (ln_choose + ln_half_pow_n).exp();
+    }
+    sum.min(1.0)
+}
+
+/// Coverage of the interval from the k-th smallest to the k-th largest of `n` samples as an interval for their
+/// distribution's median: 1 - 2 P(Bin(n, 1/2) <= k - 1), for 1 <= k <= (n + 1) / 2 (0 outside that range).
+pub fn median_ci_coverage(n: usize, k: usize) -> f64 {
+    if k == 0 || 2 * k > n + 1 {
+        return 0.0;
+    }
+    (1.0 - 2.0 * binomial_half_cdf(n, k - 1)).max(0.0)
+}
+
+/// The fewest samples whose widest interval (minimum to maximum) reaches coverage `level` (< 1).
+pub fn min_samples_for(level: f64) -> usize {
+    (1..64).find(|&n| median_ci_coverage(n, 1) >= level).unwrap_or(64)
+}
+
+/// A sample's median with a confidence interval for its distribution's median.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MedianCi {
+    pub median: f64,
+    /// The k-th smallest sample.
+    pub lo: f64,
+    /// The k-th largest sample.
+    pub hi: f64,
+    /// The interval's coverage (below the level asked for when the sample is too small to reach it).
+    pub coverage: f64,
+    /// The number of samples.
+    pub n: usize,
+}
+
+/// The median of `v` with the tightest symmetric pair of order statistics (k-th smallest, k-th largest) whose
+/// coverage is still at least `level`; with too few samples for that, the minimum and maximum with the coverage
+/// they have. None for an empty sample.
+pub fn median_ci(v: &[f64], level: f64) -> Option<MedianCi> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return None;
+    }
+    let k = (1..=n.div_ceil(2)).take_while(|&k| median_ci_coverage(n, k) >= level).last().unwrap_or(1);
+    Some(MedianCi { median: median(&s), lo: s[k - 1], hi: s[n - k], coverage: median_ci_coverage(n, k), n })
+}
+
+/// The paired costs of `runs` against `base` (see `paired_pct`) with the `CI_LEVEL` interval of their median.
+pub fn paired_ci(runs: &[f64], base: &[f64], cost: fn(f64, f64) -> f64) -> Option<MedianCi> {
+    median_ci(&paired_pct(runs, base, cost), CI_LEVEL)
+}
+
+/// A goal "cost <= budget" judged from a confidence interval of the median cost. Ordered from best to worst, so
+/// the overall verdict over several cells is the maximum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// The whole interval is at or under the budget.
+    Met,
+    /// The interval contains the budget.
+    Inconclusive,
+    /// Too few samples for an interval of the asked coverage.
+    TooFewRepeats,
+    /// The whole interval is over the budget.
+    NotMet,
+}
+
+impl Verdict {
+    /// The verdict on a cost whose median has interval `ci` (None: no samples), against `budget` percent.
+    pub fn judge(ci: Option<&MedianCi>, budget: f64) -> Verdict {
+        match ci {
+            None => Verdict::TooFewRepeats,
+            Some(ci) if ci.coverage < CI_LEVEL => Verdict::TooFewRepeats,
+            Some(ci) if ci.hi <= budget => Verdict::Met,
+            Some(ci) if ci.lo > budget => Verdict::NotMet,
+            Some(_) => Verdict::Inconclusive,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::NotMet => "NOT met",
+            Verdict::Inconclusive | Verdict::TooFewRepeats => "inconclusive",
+        }
+    }
+
+    /// The verdict with its reason, e.g. `met (CI [-1.20%, +1.85%])`.
+    pub fn explain(self, ci: Option<&MedianCi>) -> String {
+        let Some(ci) = ci else { return "inconclusive (no valid paired runs)".into() };
+        let bounds = format!("CI [{:+.2}%, {:+.2}%]", ci.lo, ci.hi);
+        match self {
+            Verdict::Met | Verdict::NotMet => format!("{} ({bounds})", self.word()),
+            Verdict::Inconclusive => format!("inconclusive ({bounds} straddles the budget; more --repeats narrow it)"),
+            Verdict::TooFewRepeats => format!(
+                "inconclusive ({} repeats: {:.1}% coverage at most; a {:.0}% CI needs --repeats {} or more)",
+                ci.n,
+                ci.coverage * 100.0,
+                CI_LEVEL * 100.0,
+                min_samples_for(CI_LEVEL)
+            ),
+        }
+    }
+}
+
+/// The worst of several cells' verdicts (Met for none).
+pub fn overall(verdicts: &[Verdict]) -> Verdict {
+    verdicts.iter().copied().max().unwrap_or(Verdict::Met)
+}
+
+/// Prints one line per cell, `{indent}{label}: {verdict with reason}`, and returns the overall verdict.
+pub fn print_verdicts(indent: &str, labels: &[String], cis: &[Option<MedianCi>], budget: f64) -> Verdict {
+    let width = labels.iter().map(String::len).max().unwrap_or(0) + 1;
+    let mut verdicts = Vec::new();
+    for (label, ci) in labels.iter().zip(cis) {
+        let v = Verdict::judge(ci.as_ref(), budget);
+        println!("{indent}{:<width$} {}", format!("{label}:"), v.explain(ci.as_ref()));
+        verdicts.push(v);
+    }
+    overall(&verdicts)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tables (at most 120 columns for six policies)
+
+/// Width of the row-label column: the longest label or heading plus two spaces.
+fn label_width(heading: &str, labels: &[String]) -> usize {
+    labels.iter().map(String::len).chain([heading.len()]).max().unwrap_or(0) + 2
+}
+
+/// Prints `title`, then one row per label with each policy's median (`decimals` decimals) and its % versus the
+/// first policy's.
+pub fn print_median_table(
+    title: &str,
+    heading: &str,
+    labels: &[String],
+    policies: &[&str],
+    medians: &[Vec<f64>],
+    decimals: usize,
+) {
+    let lw = label_width(heading, labels);
+    println!("{title}");
+    print!("{heading:<lw$}");
+    for p in policies {
+        print!("{p:>17}");
+    }
+    println!();
+    for (label, row) in labels.iter().zip(medians) {
+        print!("{label:<lw$}");
+        for &m in row {
+            print!("{:>17}", format!("{m:.decimals$} ({:+.2}%)", pct(m, row[0])));
+        }
+        println!();
+    }
+}
+
+/// `+1.4 [-0.5,+3.2]`: a median and its interval, in percent, one decimal.
+pub fn ci_cell(ci: Option<&MedianCi>) -> String {
+    match ci {
+        Some(c) => format!("{:+.1} [{:+.1},{:+.1}]", c.median, c.lo, c.hi),
+        None => "n/a".into(),
+    }
+}
+
+/// Prints `title`, then one row per label with each policy's paired median cost and interval versus the first
+/// policy (which is left out: its cost is 0 by definition), then the coverage of the row's intervals.
+pub fn print_paired_table(
+    title: &str,
+    heading: &str,
+    labels: &[String],
+    policies: &[&str],
+    cis: &[Vec<Option<MedianCi>>],
+) {
+    let lw = label_width(heading, labels);
+    println!("{title}");
+    print!("{heading:<lw$}");
+    for p in &policies[1..] {
+        print!("{p:>20}");
+    }
+    println!("{:>7}", "CI cov");
+    for (label, row) in labels.iter().zip(cis) {
+        print!("{label:<lw$}");
+        for ci in &row[1..] {
+            print!(" {:>19}", ci_cell(ci.as_ref())); // at least one space between cells
+        }
+        let coverage = row[1..].iter().flatten().map(|c| c.coverage).fold(f64::NAN, f64::min);
+        let coverage = if coverage.is_nan() { "n/a".into() } else { format!("{:.1}%", coverage * 100.0) };
+        println!("{coverage:>7}");
+    }
+}
+
+/// Run-to-run spread (max - min) of `v` in percent of its median.
+pub fn spread_pct(v: &[f64]) -> f64 {
+    let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+    (hi - lo) / median(v) * 100.0
+}
+
+/// `x` as a JSON number with `decimals` decimals, or `null` when it is not finite.
+pub fn json_num(x: f64, decimals: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.decimals$}")
+    } else {
+        "null".into()
+    }
+}
+
+/// `"{prefix}median_pct":..,"{prefix}ci_lo_pct":..,"{prefix}ci_hi_pct":..,"{prefix}ci_coverage":..` (nulls for
+/// no interval): a paired cost's JSON fields.
+pub fn json_paired(prefix: &str, ci: Option<&MedianCi>) -> String {
+    let f = |get: fn(&MedianCi) -> f64, d| ci.map_or("null".into(), |c| json_num(get(c), d));
+    format!(
+        "\"{prefix}median_pct\":{},\"{prefix}ci_lo_pct\":{},\"{prefix}ci_hi_pct\":{},\"{prefix}ci_coverage\":{}",
+        f(|c| c.median, 3),
+        f(|c| c.lo, 3),
+        f(|c| c.hi, 3),
+        f(|c| c.coverage, 4)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty_samples() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[7.0]), 7.0);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn binomial_cdf_matches_exact_fractions() {
+        assert!(close(binomial_half_cdf(5, 0), 1.0 / 32.0));
+        assert!(close(binomial_half_cdf(9, 1), 10.0 / 512.0));
+        assert!(close(binomial_half_cdf(11, 2), 67.0 / 2048.0));
+        assert!(close(binomial_half_cdf(15, 3), 576.0 / 32768.0));
+        assert!(close(binomial_half_cdf(4, 4), 1.0));
+        assert!(close(binomial_half_cdf(7, 3), 0.5));
+        // Symmetry P(X <= k) + P(X <= n - k - 1) = 1, also where 2^-n underflows an f64.
+        for (n, k) in [(20, 6), (2000, 980), (5000, 2400)] {
+            assert!((binomial_half_cdf(n, k) + binomial_half_cdf(n, n - k - 1) - 1.0).abs() < 1e-9, "n {n} k {k}");
+        }
+    }
+
+    #[test]
+    fn coverage_of_order_statistic_intervals() {
+        assert!(close(median_ci_coverage(5, 1), 0.9375));
+        assert!(close(median_ci_coverage(9, 2), 1.0 - 20.0 / 512.0));
+        assert!(close(median_ci_coverage(9, 3), 1.0 - 92.0 / 512.0));
+        assert!(close(median_ci_coverage(11, 2), 1.0 - 24.0 / 2048.0));
+        assert!(close(median_ci_coverage(11, 3), 1.0 - 134.0 / 2048.0));
+        assert!(close(median_ci_coverage(15, 4), 1.0 - 1152.0 / 32768.0));
+        assert_eq!(median_ci_coverage(5, 0), 0.0);
+        assert_eq!(median_ci_coverage(5, 4), 0.0);
+        assert_eq!(min_samples_for(0.90), 5);
+        assert_eq!(min_samples_for(0.95), 6);
+    }
+
+    #[test]
+    fn median_ci_picks_the_tightest_pair_reaching_the_level() {
+        let nine = [9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0, 5.0];
+        let ci = median_ci(&nine, 0.90).unwrap();
+        assert_eq!((ci.median, ci.lo, ci.hi, ci.n), (5.0, 2.0, 8.0, 9));
+        assert!(close(ci.coverage, 1.0 - 20.0 / 512.0));
+        let eleven: Vec<f64> = (1..=11).map(f64::from).collect();
+        let ci = median_ci(&eleven, 0.90).unwrap();
+        assert_eq!((ci.median, ci.lo, ci.hi), (6.0, 3.0, 9.0));
+        let fifteen: Vec<f64> = (1..=15).rev().map(f64::from).collect();
+        let ci = median_ci(&fifteen, 0.90).unwrap();
+        assert_eq!((ci.lo, ci.hi), (4.0, 12.0));
+        assert!(close(ci.coverage, 1.0 - 1152.0 / 32768.0));
+        let ci = median_ci(&[1.0, 2.0, 3.0, 4.0], 0.90).unwrap();
+        assert_eq!((ci.median, ci.lo, ci.hi), (2.5, 1.0, 4.0));
+        assert!(close(ci.coverage, 0.875));
+        assert_eq!(median_ci(&[], 0.90), None);
+    }
+
+    #[test]
+    fn paired_costs_are_positive_when_slower() {
+        assert_eq!(paired_pct(&[1.1, 2.0, 3.0], &[1.0, 2.0, 0.0], time_cost_pct).len(), 2);
+        assert!((paired_pct(&[1.1], &[1.0], time_cost_pct)[0] - 10.0).abs() < 1e-9);
+        assert!((paired_pct(&[90.0], &[100.0], throughput_cost_pct)[0] - 10.0).abs() < 1e-9);
+        assert!((paired_pct(&[110.0], &[100.0], throughput_cost_pct)[0] + 10.0).abs() < 1e-9);
+    }
+
+    fn ci(lo: f64, hi: f64, n: usize) -> MedianCi {
+        MedianCi { median: (lo + hi) / 2.0, lo, hi, coverage: median_ci_coverage(n, 1), n }
+    }
+
+    #[test]
+    fn verdicts_from_the_interval() {
+        assert_eq!(Verdict::judge(Some(&ci(-1.0, 2.0, 9)), 2.0), Verdict::Met);
+        assert_eq!(Verdict::judge(Some(&ci(2.5, 9.0, 9)), 2.0), Verdict::NotMet);
+        assert_eq!(Verdict::judge(Some(&ci(-1.0, 2.5, 9)), 2.0), Verdict::Inconclusive);
+        assert_eq!(Verdict::judge(Some(&ci(2.5, 9.0, 4)), 2.0), Verdict::TooFewRepeats);
+        assert_eq!(Verdict::judge(None, 2.0), Verdict::TooFewRepeats);
+        assert_eq!(overall(&[Verdict::Met, Verdict::Inconclusive, Verdict::Met]), Verdict::Inconclusive);
+        assert_eq!(overall(&[Verdict::Met, Verdict::NotMet, Verdict::Inconclusive]), Verdict::NotMet);
+        assert_eq!(overall(&[Verdict::Met, Verdict::Met]), Verdict::Met);
+        let text = Verdict::Inconclusive.explain(Some(&ci(-1.0, 2.5, 9)));
+        assert_eq!(text, "inconclusive (CI [-1.00%, +2.50%] straddles the budget; more --repeats narrow it)");
+    }
+
+    #[test]
+    fn json_fields_are_valid_numbers_or_null() {
+        assert_eq!(json_num(f64::NAN, 3), "null");
+        assert_eq!(json_num(1.23456, 2), "1.23");
+        let fields = json_paired("cpu_paired_", Some(&ci(-1.0, 2.0, 5)));
+        assert_eq!(
+            fields,
+            "\"cpu_paired_median_pct\":0.500,\"cpu_paired_ci_lo_pct\":-1.000,\"cpu_paired_ci_hi_pct\":2.000,\
+             \"cpu_paired_ci_coverage\":0.9375"
+        );
+        assert!(json_paired("paired_", None).contains("\"paired_ci_lo_pct\":null"));
+    }
 }
