@@ -74,7 +74,7 @@ fi
 if [ "$QUICK" = 1 ]; then
     hbargs=(--compare --groups-list 1,2,4,8,16 -f 5 -l 50 --repeats 1)
 else
-    hbargs=(--compare --groups-list 1,2,4,8,16 -f 20 -l 200 --repeats 3)
+    hbargs=(--compare --groups-list 1,2,4,8,16 -f 20 -l 200 --repeats 5) # 5+ repeats: the goal verdict needs a CI
 fi
 step 240 "$results/hackbench-io.txt" "$hb" "${hbargs[@]}" --json "$results/hackbench-io.json"
 step 240 "$results/hackbench-update.txt" "$hb" "${hbargs[@]}" --guard update --json "$results/hackbench-update.json"
@@ -86,7 +86,7 @@ step 120 "$results/hackbench-pipe-pinned.txt" "$hb" "${hbargs[@]}" --pipe --pin 
 if [ "$QUICK" = 1 ]; then
     tpargs=(--compare --seconds 0.2 --repeats 1)
 else
-    tpargs=(--compare --seconds 0.75 --repeats 3)
+    tpargs=(--compare --seconds 0.3 --repeats 7)
 fi
 step 120 "$results/thread_pools-default.txt" "$tp" "${tpargs[@]:1}" \
     --json "$results/thread_pools-default.json"
