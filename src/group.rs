@@ -39,8 +39,8 @@ pub(crate) struct Hot {
     /// Whether light barriers may be compiler fences (membarrier registered).
     pub(crate) asym: bool,
     /// The mode word value for which enter and exit may finish inline after only a compiler fence: `PER_TASK`
-    /// when the heavy side is membarrier (or under loom, where the compiler fence is a full fence), else
-    /// `NO_FAST_TASK`, which no mode word ever equals, so the fallback always reaches `light_barrier_rest`.
+    /// when the heavy side is membarrier, else `NO_FAST_TASK`, which no mode word ever equals, so the fallback
+    /// always reaches `light_barrier_rest` (and so does every loom model: loom has no membarrier).
     pub(crate) fast_task: u32,
 }
 
@@ -400,7 +400,7 @@ impl GroupBuilder {
                     mode: AtomicU32::new(PER_TASK),
                     max_cids: AtomicU32::new(0),
                     asym,
-                    fast_task: if asym || cfg!(loom) { PER_TASK } else { NO_FAST_TASK },
+                    fast_task: if asym { PER_TASK } else { NO_FAST_TASK },
                 }),
                 slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
                 bitmap,
@@ -466,11 +466,11 @@ impl Inner {
     }
 
     /// The part of the light barrier that the inline fast paths leave out: after their compiler fence, the full
-    /// fence of a group without membarrier (loom models the compiler fence itself as a full fence). Returns
-    /// whether it fenced, i.e. whether loads made before it must be made again.
+    /// fence of a group without membarrier. Returns whether it fenced, i.e. whether loads made before it must be
+    /// made again.
     #[inline(always)]
     pub(crate) fn light_barrier_rest(&self) -> bool {
-        let full = !self.hot.asym && !cfg!(loom);
+        let full = !self.hot.asym;
         if full {
             fence(Ordering::SeqCst);
         }

@@ -253,7 +253,7 @@ impl Registration {
             return self.enter_per_cpu();
         }
         let g = &*self.group.inner;
-        if g.light_barrier_rest() {
+        if !g.mutant(MUTANT_NO_ENTER_BARRIER) && g.light_barrier_rest() {
             // The full fence of E2 ran only now: read E3 again.
             let m = g.hot.mode.load(Acquire);
             let w = self.rec.cid.load(Acquire);
