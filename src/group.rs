@@ -42,6 +42,8 @@ pub(crate) struct Hot {
     /// when the heavy side is membarrier, else `NO_FAST_TASK`, which no mode word ever equals, so the fallback
     /// always reaches `light_barrier_rest` (and so does every loom model: loom has no membarrier).
     pub(crate) fast_task: u32,
+    /// The same for per-CPU exits: `PER_CPU` with membarrier, else `NO_FAST_TASK`.
+    pub(crate) fast_cpu: u32,
 }
 
 /// `Hot::fast_task` of a group without membarrier: not a mode word value.
@@ -401,6 +403,7 @@ impl GroupBuilder {
                     max_cids: AtomicU32::new(0),
                     asym,
                     fast_task: if asym { PER_TASK } else { NO_FAST_TASK },
+                    fast_cpu: if asym { PER_CPU } else { NO_FAST_TASK },
                 }),
                 slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
                 bitmap,

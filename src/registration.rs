@@ -241,17 +241,60 @@ impl Registration {
             rec.counters.bump(Ev::TaskFast);
             return Entered::new(Held::Task(w));
         }
+        if m == PER_CPU {
+            // No fence needed to choose this path: the slot CAS decides, and the slow path completes E2 itself.
+            return match self.enter_cpu_fast() {
+                Ok(entered) => entered,
+                Err((cpu, s)) => self.enter_cpu_other(cpu, s),
+            };
+        }
         self.enter_other(m)
     }
 
-    /// Enter after E1 and the compiler fence, when the per-task fast path did not apply: the per-CPU fast path, the
+    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot. `Err((cpu, slot word))`: the slot
+    /// was not idle (or the CAS lost), for `enter_cpu_other` to decide.
+    #[inline(always)]
+    fn enter_cpu_fast(&mut self) -> Result<Entered, (usize, u32)> {
+        let g = &*self.group.inner;
+        let cpu = self.cpu_index();
+        let slot = &g.slots[cpu];
+        // Relaxed: only a hint, validated by the CAS.
+        let s = slot.load(Relaxed);
+        if let Some(c) = slot::idle_cid(s) {
+            // Acquire: pairs with the previous borrower's X1 Release store (I8).
+            if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
+                self.rec.counters.bump(Ev::CpuFast);
+                return Ok(Entered::new(Held::Core { cpu: cpu as u32, cid: c }));
+            }
+        }
+        Err((cpu, s))
+    }
+
+    /// Per-CPU mode when the core's slot was not borrowed: a temporary if the core's CID is busy and we own
+    /// nothing (the common case), else the slow path.
+    #[inline(never)]
+    fn enter_cpu_other(&mut self, cpu: usize, s: u32) -> Entered {
+        let _ = cpu; // the slow path asks again: it may run after a migration
+        if s & BUSY != 0 && self.rec.cid.load(Relaxed) == UNSET {
+            // The core's CID is in use by a thread descheduled inside its guard, and we own nothing: a temporary,
+            // straight from the bitmap. No barrier needed: fixups only take registration words (ours is UNSET,
+            // only we store CIDs into it, and `running` is set anyway) and idle slots, never a guard's temporary.
+            // Relaxed load: others only ever store UNSET into our word.
+            let n = self.group.inner.bitmap.get();
+            let c = &self.rec.counters;
+            c.bump(Ev::Temporary);
+            c.bump(Ev::Alloc);
+            c.bump(Ev::BitmapSet);
+            return Entered::new(Held::Temp(n));
+        }
+        self.enter_slow(false)
+    }
+
+    /// Enter after E1 and the compiler fence, outside per-CPU mode, when the per-task fast path did not apply: the
     /// per-task fast path of a group without membarrier, or the slow path.
     #[inline(never)]
     fn enter_other(&mut self, m: u32) -> Entered {
-        if m == PER_CPU {
-            // No fence needed to choose this path: the slot CAS decides, and the slow path completes E2 itself.
-            return self.enter_per_cpu();
-        }
+        debug_assert_ne!(m, PER_CPU, "handled by enter_raw");
         let g = &*self.group.inner;
         if !g.mutant(MUTANT_NO_ENTER_BARRIER) && g.light_barrier_rest() {
             // The full fence of E2 ran only now: read E3 again.
@@ -263,34 +306,6 @@ impl Registration {
             }
         }
         self.enter_slow(true)
-    }
-
-    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot.
-    fn enter_per_cpu(&mut self) -> Entered {
-        let g = &*self.group.inner;
-        let cpu = self.cpu_index();
-        let slot = &g.slots[cpu];
-        // Relaxed: only a hint, validated by the CAS.
-        let s = slot.load(Relaxed);
-        if let Some(c) = slot::idle_cid(s) {
-            // Acquire: pairs with the previous borrower's X1 Release store (I8).
-            if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
-                self.rec.counters.bump(Ev::CpuFast);
-                return Entered::new(Held::Core { cpu: cpu as u32, cid: c });
-            }
-        } else if s & BUSY != 0 && self.rec.cid.load(Relaxed) == UNSET {
-            // The core's CID is in use by a thread descheduled inside its guard, and we own nothing: a temporary,
-            // straight from the bitmap. No barrier needed: fixups only take registration words (ours is UNSET,
-            // only we store CIDs into it, and `running` is set anyway) and idle slots, never a guard's temporary.
-            // Relaxed load: others only ever store UNSET into our word.
-            let n = g.bitmap.get();
-            let c = &self.rec.counters;
-            c.bump(Ev::Temporary);
-            c.bump(Ev::Alloc);
-            c.bump(Ev::BitmapSet);
-            return Entered::new(Held::Temp(n));
-        }
-        self.enter_slow(false)
     }
 
     /// Slow path, with `running` set; `fenced`: the light barrier is complete (else E2 is completed here).
@@ -442,6 +457,17 @@ impl Registration {
         }
     }
 
+    /// Per-CPU exit that may need more: the full fence of a group without membarrier, or a switch ran.
+    #[inline(never)]
+    fn exit_core_other(&mut self, cpu: usize, cid: u32, m: u32) {
+        let g = &*self.group.inner;
+        let fenced = !g.mutant(MUTANT_NO_EXIT_BARRIER) && g.light_barrier_rest();
+        let m = if fenced { g.hot.mode.load(Acquire) } else { m }; // X3 again, after the full fence
+        if m & ONCPU == 0 {
+            self.exit_slow_core(cpu, cid, m);
+        }
+    }
+
     /// Per-task exit: D-exit's X1..X3, no read-modify-write.
     #[inline(always)]
     fn exit_task(&mut self, w: u32) {
@@ -468,6 +494,7 @@ impl Registration {
         }
     }
 
+    /// Exit of a per-CPU (D-core's X1..X3) or temporary CID.
     #[inline(never)]
     fn exit_other(&mut self, entered: Entered) {
         let g = &*self.group.inner;
@@ -479,11 +506,11 @@ impl Registration {
                 // Release: X1 of D-core; hands the core's CID, with our writes, to the next borrower (I8).
                 g.slots[cpu].store(slot::owned(cid), Release);
                 if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
-                    g.light_barrier(); // X2: pairs with F2
+                    compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_core_other if needed)
                 }
                 let m = g.hot.mode.load(Acquire); // X3
-                if m & ONCPU == 0 {
-                    self.exit_slow_core(cpu, cid, m);
+                if m != g.hot.fast_cpu {
+                    self.exit_core_other(cpu, cid, m);
                 }
             }
             Held::Temp(c) => {
