@@ -99,25 +99,50 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
 }
 
 /// Gives back a registration taken with `take` (an owned `Box::into_raw` pointer): parks it if the slot is
-/// empty, else puts it in the pool, else (thread-locals gone) drops it, which unregisters it.
+/// empty; else see `give_back_slow`.
 #[inline(always)]
 pub(crate) fn give_back(reg: NonNull<Registration>) {
-    // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases nothing mutable.
-    let id = unsafe { reg.as_ref() }.group().id();
     let parked = PARKED
         .try_with(|p| {
             let empty = p.reg.get().is_null();
             if empty {
+                // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases
+                // nothing mutable.
+                p.id.set(unsafe { reg.as_ref() }.group().id());
                 p.reg.set(reg.as_ptr());
-                p.id.set(id);
             }
             empty
         })
         .unwrap_or(false);
     if !parked {
-        // SAFETY: not parked, so the caller's ownership of the `Box::into_raw` pointer ends here.
-        release(unsafe { Box::from_raw(reg.as_ptr()) });
+        give_back_slow(reg);
     }
+}
+
+/// The slot is taken (or gone). Most recently used wins: a registration of another group than the parked one
+/// takes the slot and the parked one goes to the pool, so a thread that moves on to another group gets the fast
+/// path there after one call. Same group (nested guards), closed slot, or thread-locals gone: to the pool, which
+/// drops (unregisters) it if the pool is gone too.
+#[cold]
+fn give_back_slow(reg: NonNull<Registration>) {
+    // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases nothing mutable.
+    let id = unsafe { reg.as_ref() }.group().id();
+    // Ok(evicted occupant, if any): `reg` is parked now; Err: it is not.
+    let parked = PARKED.try_with(|p| {
+        let occupant = p.id.get();
+        if occupant == id || occupant == CLOSED_ID {
+            return Err(());
+        }
+        p.id.set(id);
+        Ok(NonNull::new(p.reg.replace(reg.as_ptr())))
+    });
+    let to_pool = match parked {
+        Ok(Ok(Some(evicted))) => evicted,
+        Ok(Ok(None)) => return, // the slot had emptied meanwhile (cannot happen on one thread): parked
+        Ok(Err(())) | Err(_) => reg,
+    };
+    // SAFETY: `to_pool` is an owned `Box::into_raw` pointer that the slot (or the caller) no longer refers to.
+    release(unsafe { Box::from_raw(to_pool.as_ptr()) });
 }
 
 /// Puts a registration in the calling thread's pool; drops (unregisters) it if the pool is gone.
@@ -198,7 +223,7 @@ impl Group {
     /// Cost: a thread-local compare and two stores on top of [`Registration::enter`] while the thread keeps using
     /// one group (its registration stays parked in a thread-local slot): about 50 instructions per enter+exit
     /// against 23 for the explicit API (docs/benchmarks.md); the first call on a thread also registers it, and a
-    /// thread alternating between groups takes a pooled path (~100 instructions more). The parked registration keeps the
+    /// thread alternating between groups on every call takes a pooled path (~100 instructions more). The parked registration keeps the
     /// group alive until the thread exits or calls [`Group::leave_thread`]. Nested calls on one thread get
     /// distinct CIDs (a second registration is made).
     ///
