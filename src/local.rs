@@ -1,6 +1,6 @@
 //! The thread-local convenience layer: `Group::enter` for code that does not manage registrations.
 //!
-//! Each thread parks one registration, of the group it entered last, in a thread-local slot: `Group::enter` takes
+//! Each thread parks one registration, of the group it used last, in a thread-local slot: `Group::enter` takes
 //! it from there (two plain stores) and the guard's drop parks it again, so the pair costs a few instructions on
 //! top of [`Registration::enter`]. Registrations of other groups, and the second registration that a nested
 //! `enter` on the same thread needs (nested guards never share a CID), wait in a per-thread pool. The slot and the
