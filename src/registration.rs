@@ -220,7 +220,8 @@ impl Registration {
     }
 
     /// Enter (design.md §4.1). Every enter starts with D-enter's E1..E3; the per-task fast path ends right there,
-    /// with no read-modify-write (inlined); everything else continues in `enter_other`.
+    /// with no read-modify-write, and the per-CPU fast path adds one CAS (both inlined); everything else continues
+    /// out of line in `enter_cpu_other` or `enter_other`.
     #[inline(always)]
     pub(crate) fn enter_raw(&mut self) -> Entered {
         let g = &*self.group.inner;
@@ -245,16 +246,16 @@ impl Registration {
             // No fence needed to choose this path: the slot CAS decides, and the slow path completes E2 itself.
             return match self.enter_cpu_fast() {
                 Ok(entered) => entered,
-                Err((cpu, s)) => self.enter_cpu_other(cpu, s),
+                Err(s) => self.enter_cpu_other(s),
             };
         }
         self.enter_other(m)
     }
 
-    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot. `Err((cpu, slot word))`: the slot
-    /// was not idle (or the CAS lost), for `enter_cpu_other` to decide.
+    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot. `Err(slot word)`: the slot was not
+    /// idle (or the CAS lost), for `enter_cpu_other` to decide.
     #[inline(always)]
-    fn enter_cpu_fast(&mut self) -> Result<Entered, (usize, u32)> {
+    fn enter_cpu_fast(&mut self) -> Result<Entered, u32> {
         let g = &*self.group.inner;
         let cpu = self.cpu_index();
         let slot = &g.slots[cpu];
@@ -267,14 +268,13 @@ impl Registration {
                 return Ok(Entered::new(Held::Core { cpu: cpu as u32, cid: c }));
             }
         }
-        Err((cpu, s))
+        Err(s)
     }
 
     /// Per-CPU mode when the core's slot was not borrowed: a temporary if the core's CID is busy and we own
     /// nothing (the common case), else the slow path.
     #[inline(never)]
-    fn enter_cpu_other(&mut self, cpu: usize, s: u32) -> Entered {
-        let _ = cpu; // the slow path asks again: it may run after a migration
+    fn enter_cpu_other(&mut self, s: u32) -> Entered {
         if s & BUSY != 0 && self.rec.cid.load(Relaxed) == UNSET {
             // The core's CID is in use by a thread descheduled inside its guard, and we own nothing: a temporary,
             // straight from the bitmap. No barrier needed: fixups only take registration words (ours is UNSET,
