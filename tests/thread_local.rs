@@ -1,8 +1,12 @@
 //! The thread-local convenience layer (`Group::enter`, `ShardedCounter::add`, `Group::leave_thread`), tested on
 //! its own: which registration each call uses, and that every path out of a thread gives back what it held (I5, I7).
 
+mod common;
+
+use common::{Occupancy, Payload};
 use mmcid::{Group, ShardedCounter};
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::thread;
 
 /// Quiescent and empty: no user, no bit set, no owner (I5).
@@ -130,4 +134,65 @@ fn panic_inside_counter_closure_path_releases() {
     .join();
     assert!(r.is_err());
     assert_empty(&group);
+}
+
+/// Churn through the thread-local layer only: threads come and go (registering on first use, unregistering at
+/// exit, so both groups cross the per-task/per-CPU boundary on 2 virtual cores), switch between two groups in
+/// streaks and alternately (the parked slot moves, the pool fills), nest guards, and add to a counter per group.
+/// Independent checkers: a per-CID occupancy counter per group (I1), a plain per-CID payload whose sum must equal
+/// the number of guards (I1 + I8), exact counter sums, and an empty group at the end (I5, I7).
+#[test]
+fn churn_through_group_enter_and_counter_add() {
+    const WAVES: usize = 3;
+    const THREADS: usize = 5;
+    const ROUNDS: u64 = 300;
+    let groups: Vec<Group> = (0..2).map(|_| Group::builder().virtual_cpus(2).build().unwrap()).collect();
+    let counters: Vec<Arc<ShardedCounter>> = groups.iter().map(|g| Arc::new(ShardedCounter::new(g))).collect();
+    let occ: Vec<Arc<Occupancy>> = (0..2).map(|_| Arc::new(Occupancy::new(256))).collect();
+    let payload: Vec<Arc<Payload>> = (0..2).map(|_| Arc::new(Payload::new(256))).collect();
+    let mut guards_taken = [0u64; 2];
+    for wave in 0..WAVES {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (groups, counters) = (groups.clone(), counters.clone());
+                let (occ, payload) = (occ.clone(), payload.clone());
+                thread::spawn(move || {
+                    let mut taken = [0u64; 2];
+                    for round in 0..ROUNDS {
+                        // Streaks of one group for some threads, strict alternation for others.
+                        let which = if t % 2 == 0 { (round / 25 % 2) as usize } else { (round % 2) as usize };
+                        let guard = groups[which].enter();
+                        let cid = guard.cid().get();
+                        occ[which].enter(cid);
+                        payload[which].bump(cid);
+                        taken[which] += 1;
+                        if round % 7 == 0 {
+                            let inner = groups[which].enter(); // nested: another registration, another CID
+                            let inner_cid = inner.cid().get();
+                            occ[which].enter(inner_cid);
+                            payload[which].bump(inner_cid);
+                            taken[which] += 1;
+                            occ[which].exit(inner_cid);
+                        }
+                        counters[which].add(1 + wave as u64);
+                        occ[which].exit(cid);
+                        drop(guard);
+                    }
+                    taken
+                })
+            })
+            .collect();
+        for h in handles {
+            let taken = h.join().unwrap();
+            guards_taken[0] += taken[0];
+            guards_taken[1] += taken[1];
+        }
+    }
+    for i in 0..2 {
+        assert_eq!(payload[i].sum(), guards_taken[i], "group {i}: lost per-CID updates (I1/I8)");
+        assert!(occ[i].max_seen.load(std::sync::atomic::Ordering::SeqCst) < 2 + 5 * 2, "group {i}: hard bound");
+        assert_empty(&groups[i]);
+    }
+    let expected: u64 = (0..WAVES as u64).map(|w| (1 + w) * THREADS as u64 * ROUNDS / 2).sum();
+    assert_eq!(counters[0].sum() + counters[1].sum(), 2 * expected);
 }
