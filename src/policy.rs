@@ -635,7 +635,7 @@ impl Policy for MmCid {
         reg
     }
 
-    #[inline]
+    #[inline(always)]
     fn enter<'a>(&'a self, thread: &'a mut Registration) -> CidGuard<'a> {
         thread.enter()
     }

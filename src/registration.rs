@@ -167,7 +167,7 @@ impl Registration {
 
     /// Takes a CID for the life of the returned guard (≈ schedule-in). Never blocks and never waits for another
     /// thread (I6).
-    #[inline]
+    #[inline(always)]
     pub fn enter(&mut self) -> CidGuard<'_> {
         let entered = self.enter_raw();
         CidGuard::borrowed(self, entered)
