@@ -639,6 +639,7 @@ mutant_ids! {
     MUTANT_FIXUP_IGNORES_BUSY = FixupIgnoresBusy = 7;
     MUTANT_FIXUP_TAKES_UNSET = FixupTakesUnset = 8;
     MUTANT_NO_ADOPT_RECHECK = NoAdoptRecheck = 9;
+    MUTANT_CPU_PATH_KEEPS_WORD = CpuPathKeepsWord = 10;
 }
 
 #[cfg(all(test, not(loom)))]

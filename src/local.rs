@@ -25,6 +25,11 @@ struct Parked {
 /// from or parked in the slot any more.
 const CLOSED_ID: u64 = u64::MAX;
 
+/// The `reg` of a closed slot: non-null, never dereferenced.
+fn closed_marker() -> *mut Registration {
+    NonNull::dangling().as_ptr()
+}
+
 /// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot.
 struct Closer;
 
@@ -32,9 +37,9 @@ impl Drop for Closer {
     fn drop(&mut self) {
         let _ = PARKED.try_with(|p| {
             p.id.set(CLOSED_ID);
-            let reg = p.reg.replace(NonNull::dangling().as_ptr());
-            if !reg.is_null() {
-                // SAFETY: a non-null `reg` that is not the closed marker (set only here, once) is a
+            let reg = p.reg.replace(closed_marker());
+            if !reg.is_null() && reg != closed_marker() {
+                // SAFETY: a non-null `reg` other than the closed marker (set here and by `take_slow`) is a
                 // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
                 drop(unsafe { Box::from_raw(reg) });
             }
@@ -82,7 +87,7 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
         let _ = PARKED.try_with(|p| {
             if p.reg.get().is_null() {
                 p.id.set(CLOSED_ID);
-                p.reg.set(NonNull::dangling().as_ptr());
+                p.reg.set(closed_marker());
             }
         });
     }
@@ -236,7 +241,9 @@ impl Group {
     #[inline]
     pub fn enter(&self) -> crate::CidGuard<'static> {
         let reg = take(self);
-        // SAFETY: `take` hands us ownership of a live `Box::into_raw` pointer; nothing else refers to it.
+        // SAFETY: `take` hands us ownership of a live `Box::into_raw` pointer; nothing else refers to it. Nothing
+        // can unwind between here and the guard that takes ownership: `enter_raw` runs no user code, allocates
+        // nothing and has no panicking path (allocation of a CID spins, never fails).
         let entered = unsafe { &mut *reg.as_ptr() }.enter_raw();
         crate::CidGuard::pooled(reg, entered)
     }

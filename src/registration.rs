@@ -244,6 +244,11 @@ impl Registration {
         }
         if m == PER_CPU {
             // No fence needed to choose this path: the slot CAS decides, and the slow path completes E2 itself.
+            // The registration must own nothing here: a task → CPU walk that saw our E1 skipped our word, and only
+            // the slow path gives it up (`enter_core_owned`). `w` is exact when UNSET: only we store CIDs into it.
+            if w != UNSET && !g.mutant(MUTANT_CPU_PATH_KEEPS_WORD) {
+                return self.enter_slow(false);
+            }
             return match self.enter_cpu_fast() {
                 Ok(entered) => entered,
                 Err(s) => self.enter_cpu_other(s),

@@ -98,6 +98,9 @@ pub enum Mutant {
     FixupTakesUnset,
     /// Adoption at exit without re-checking the mode afterwards.
     NoAdoptRecheck,
+    /// The per-CPU fast path borrows the core's CID without checking that the registration owns none (a word
+    /// the task → CPU walk skipped because `running` was already set stays owned in per-CPU mode).
+    CpuPathKeepsWord,
 }
 
 #[cfg(all(test, not(loom)))]

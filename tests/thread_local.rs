@@ -77,15 +77,20 @@ fn two_groups_alternating_on_one_thread() {
 }
 
 thread_local! {
-    // Dropped at thread exit, possibly after the layer's own thread-locals are gone.
+    // Registered before the layer's own thread-locals (see the tests), so destroyed after them: thread-local
+    // destructors run in the reverse order of registration.
     static LATE: RefCell<Option<mmcid::CidGuard<'static>>> = const { RefCell::new(None) };
+    static LATE_WORK: RefCell<Option<(Group, std::sync::Arc<ShardedCounter>)>> = const { RefCell::new(None) };
 }
 
+/// Drops a guard after the parked slot was closed and the pool destroyed: the registration must be unregistered by
+/// the guard itself (the closed-slot and "pool gone" paths).
 #[test]
 fn guard_that_outlives_the_thread_locals_still_releases() {
     let group = Group::new();
     let g = group.clone();
     thread::spawn(move || {
+        LATE.with(|_| ()); // registered first: destroyed last
         drop(g.enter()); // something parked
         let outer = g.enter(); // takes the parked registration
         let inner = g.enter(); // a second one, from the pool path
@@ -98,6 +103,47 @@ fn guard_that_outlives_the_thread_locals_still_releases() {
     assert_empty(&group);
 }
 
+/// Enters, nests and adds from a thread-local destructor that runs after the layer's own thread-locals are gone:
+/// every registration made there must still be unregistered (I7), and every add counted.
+#[test]
+fn entering_during_thread_local_destruction() {
+    struct Late;
+    impl Drop for Late {
+        fn drop(&mut self) {
+            LATE_WORK.with(|w| {
+                if let Some((group, counter)) = w.borrow_mut().take() {
+                    let outer = group.enter();
+                    let inner = group.enter();
+                    assert_ne!(outer.cid(), inner.cid());
+                    counter.add(3);
+                    drop((outer, inner));
+                    counter.add(4);
+                }
+            });
+        }
+    }
+    thread_local! {
+        static LATE_HOOK: Late = const { Late };
+    }
+    let group = Group::new();
+    let counter = std::sync::Arc::new(ShardedCounter::new(&group));
+    let (g, c) = (group.clone(), counter.clone());
+    thread::spawn(move || {
+        LATE_WORK.with(|w| *w.borrow_mut() = Some((g.clone(), c.clone())));
+        LATE_HOOK.with(|_| ()); // registered before the layer's thread-locals: destroyed after them
+        counter_add_and_enter_once(&g, &c);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(counter.sum(), 1 + 3 + 4);
+    assert_empty(&group);
+}
+
+fn counter_add_and_enter_once(group: &Group, counter: &ShardedCounter) {
+    drop(group.enter());
+    counter.add(1);
+}
+
 #[test]
 fn counter_add_inside_a_guard_uses_another_registration() {
     let group = Group::new();
@@ -106,7 +152,7 @@ fn counter_add_inside_a_guard_uses_another_registration() {
     // A plain spawn + join, not a scope: join waits for the thread's thread-local destructors, a scope does not.
     thread::spawn(move || {
         let guard = g.enter();
-        c.add(5); // nested: must not reuse the guard's CID
+        c.add(5); // nested: takes a second registration (so a different CID) instead of the guard's
         assert_eq!(g.users(), 2);
         drop(guard);
         for _ in 0..10 {
@@ -121,7 +167,7 @@ fn counter_add_inside_a_guard_uses_another_registration() {
 }
 
 #[test]
-fn panic_inside_counter_closure_path_releases() {
+fn panic_inside_thread_local_guards_releases() {
     // A panic while a `Group::enter` guard is live unwinds through its drop (I7); the thread's registrations are
     // released at thread exit.
     let group = Group::new();
@@ -189,6 +235,11 @@ fn churn_through_group_enter_and_counter_add() {
         }
     }
     for i in 0..2 {
+        let stats = groups[i].stats();
+        assert!(
+            stats.switches_to_per_cpu > 0 && stats.switches_to_per_task > 0,
+            "group {i} crossed the boundary both ways: {stats:?}"
+        );
         assert_eq!(payload[i].sum(), guards_taken[i], "group {i}: lost per-CID updates (I1/I8)");
         assert!(occ[i].max_seen.load(std::sync::atomic::Ordering::SeqCst) < 2 + 5 * 2, "group {i}: hard bound");
         assert_empty(&groups[i]);
