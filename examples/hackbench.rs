@@ -13,12 +13,14 @@
 //! (wall time and process CPU time), which cancels the machine's slow drift, and a distribution-free confidence
 //! interval for the median of the d_r from order statistics: the k-th smallest to the k-th largest d_r, with k
 //! the largest whose coverage 1 - 2 P(Bin(n, 1/2) <= k - 1) is at least 90 % (n = 9 repeats: k = 2, 96.1 %).
-//! The goal, mmcid at most 2 % over `none` at every group count, is judged per group count from mmcid's interval
-//! on wall time (hackbench's metric; CPU time is judged too): met when the upper bound is <= 2 %, NOT met when
-//! the lower bound is > 2 %, otherwise inconclusive (more `--repeats` narrow the interval); overall, the worst
-//! group count decides. The default run (9 repeats: 162 runs of 0.1-0.4 s) took 30 s on the project's 2-core VM
-//! under load (load average 15-25); 11 repeats (93.5 %, the 3rd to the 9th of 11: a narrower interval) took 36 s
-//! there with load average 3 and 43 s with load average 10-17, too close to the 45 s the default must stay under.
+//! The goal, mmcid at most 2 % over `none` at every group count, is judged per group count from mmcid's interval on
+//! wall time (hackbench's metric; CPU time is judged too): met when the upper bound is <= 2 %, NOT met when the lower
+//! bound is > 2 %, otherwise inconclusive (more `--repeats` narrow the interval); overall, the worst group count
+//! decides. That overall verdict takes the worst of several cells, each with its own ~90 % interval and no correction
+//! for multiple cells, so its error rate is higher than one cell's. The default run (9 repeats: 162 runs of 0.1-0.4 s)
+//! took ~29 s on the idle 2-core VM, 38–49 s while the machine was loaded; 11 repeats (93.5 %, the 3rd to the 9th of
+//! 11: a narrower interval) took 36 s there with load average 3 and 43 s with load average 10-17, too close to the 45 s
+//! the default must stay under.
 //!
 //! ```text
 //! cargo run --release --example hackbench                         # default: a small comparison of every policy
@@ -30,8 +32,9 @@
 mod common;
 
 use common::{
-    json_paired, json_str, median, overall, paired_ci, pct, positive, print_median_table, print_paired_table,
-    print_verdicts, spread_pct, time_cost_pct, MedianCi, Verdict, CI_LEVEL,
+    json_list, json_median_vs, json_num, json_paired, json_str, median, overall, paired_ci, positive,
+    print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, JsonFile, MedianCi, Verdict,
+    CI_LEVEL,
 };
 use crossbeam_utils::CachePadded;
 use mmcid::policy::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
@@ -52,7 +55,7 @@ usage: hackbench [options]
   -g, --groups N         groups (single run; default 10)
   -f, --fds N            senders and receivers per group (default 20; compare default 10)
   -l, --loops N          messages each sender writes to each receiver (default 100; compare default 800)
-  -s, --datasize N       message size in bytes (default 100)
+  -s, --datasize N       message size in bytes (default 100; at most 1048576 = 1 MiB)
   -p, --pipe             pipes instead of socket pairs
   -T, --threads          threads mode (the only mode; accepted for compatibility)
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
@@ -63,8 +66,10 @@ usage: hackbench [options]
       --guard WHAT       io: the guard spans each message's read/write system call (default), so a thread
                          blocked in the call keeps its CID; update: the guard spans only the per-CID update
                          (a CID only while running, as in the kernel)
-      --json FILE        write the results as JSON
+      --json FILE        write the results as JSON (the file is created before the run)
   -h, --help             this text
+
+A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts).
 
 Every message sent and every message received happens inside a guard of the policy, which updates the
 per-CID shard of the guard's CID (mmcid: mmcid::PerCid; others: a cache-padded array indexed by the CID).
@@ -79,13 +84,36 @@ Output of a single run ends with `Time: <s>.<ms>` like hackbench.
   - the run-to-run spread of `none` (noise);
   - the goal, mmcid <= 2% over none at every group count, per group count: met if mmcid's CI upper bound is
     <= 2%, NOT met if its lower bound is > 2%, inconclusive if the CI straddles 2% (more --repeats narrow it)
-    or fewer than 5 repeats; judged on wall time (hackbench's metric), CPU time printed too.
-The default run (groups 1,2,4, 9 repeats: 162 runs) took 30 s on the project's shared 2-core VM; --repeats 11
-gives a narrower interval (3rd to 9th of 11 instead of 2nd to 8th of 9) and took 36-43 s there.
+    or fewer than 5 repeats; judged on wall time (hackbench's metric), CPU time printed too. The overall
+    verdict takes the worst of several cells, each with its own ~90% interval and no correction for multiple
+    cells, so the overall error rate is higher than one cell's.
+The default run (groups 1,2,4, 9 repeats: 162 runs) took ~29 s on the idle 2-core VM, 38–49 s while the
+machine was loaded; --repeats 11 gives a narrower interval (3rd to 9th of 11 instead of 2nd to 8th of 9) and
+took 36-43 s there.
 ";
 
 /// Every policy, in table order.
 const POLICIES: [&str; 6] = ["none", "mutex", "bitmap", "lazy-all", "lazy-visited", "mmcid"];
+
+/// The largest message (`-s`): every worker holds one buffer of this size.
+const MAX_DATASIZE: usize = 1 << 20;
+
+/// The most threads of one run (2 × fds × groups), well under the usual limits on threads and descriptors.
+const MAX_THREADS: usize = 8192;
+
+/// Messages (sent + received) and bytes of one run of `groups` groups, as counted in the per-CID data; None when
+/// either overflows a u64 (or the loop counts a usize).
+fn run_totals(groups: usize, fds: usize, loops: usize, size: usize) -> Option<(u64, u64)> {
+    let per_receiver = fds.checked_mul(loops)?; // messages each receiver reads
+    let msgs = groups.checked_mul(fds)?.checked_mul(per_receiver)?.checked_mul(2)?;
+    let msgs = u64::try_from(msgs).ok()?;
+    Some((msgs, msgs.checked_mul(u64::try_from(size).ok()?)?))
+}
+
+/// Runs of a --compare: every policy once per repeat and group count; None on overflow.
+fn compare_runs(group_counts: usize, repeats: usize) -> Option<usize> {
+    group_counts.checked_mul(repeats)?.checked_mul(POLICIES.len())
+}
 
 #[derive(Clone, Debug)]
 struct Config {
@@ -162,9 +190,26 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
     };
     let (fds, loops) =
         if compare { (fds.unwrap_or(10), loops.unwrap_or(800)) } else { (fds.unwrap_or(20), loops.unwrap_or(100)) };
-    let threads = groups.iter().max().copied().unwrap_or(1).saturating_mul(fds).saturating_mul(2);
-    if threads > 100_000 {
-        return Err(format!("{threads} threads requested: at most 100000 (2 × fds × groups)"));
+    let max_groups = groups.iter().max().copied().unwrap_or(1);
+    let threads = max_groups.saturating_mul(fds).saturating_mul(2);
+    if threads > MAX_THREADS {
+        return Err(format!("{threads} threads requested (2 × fds × groups): at most {MAX_THREADS}"));
+    }
+    if size > MAX_DATASIZE {
+        return Err(format!("-s {size}: messages of at most {MAX_DATASIZE} bytes (1 MiB)"));
+    }
+    if run_totals(max_groups, fds, loops, size).is_none() {
+        return Err(format!(
+            "-l {loops}: 2 × groups × fds² × loops messages of {size} bytes overflow a 64-bit count ({max_groups} \
+             groups, {fds} fds)"
+        ));
+    }
+    if compare && compare_runs(groups.len(), repeats).is_none() {
+        return Err(format!(
+            "--repeats {repeats}: too many runs ({} group counts × {} policies)",
+            groups.len(),
+            POLICIES.len()
+        ));
     }
     Ok(Some(Config { groups, fds, loops, size, pipe, pin, policy, compare, repeats, json, guard_io }))
 }
@@ -356,7 +401,9 @@ fn process_cpu_s() -> f64 {
 fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64), String> {
     let cfg = run.cfg;
     let (groups, fds, loops, size) = (run.groups, cfg.fds, cfg.loops, cfg.size);
-    let tasks = 2 * fds * groups;
+    let tasks = 2 * fds * groups; // at most MAX_THREADS (parse_args)
+    let (expect, expect_bytes) =
+        run_totals(groups, fds, loops, size).ok_or_else(|| format!("{groups} groups: message count overflows"))?;
     let io_inside = cfg.guard_io;
     let cores =
         run.cpus.iter().max().map_or(1, |m| m + 1).max(std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -388,16 +435,18 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
                 }
                 let mut buf = vec![0x5a_u8; size];
                 if role < fds {
-                    // Receiver `role`: F × L messages from its own channel.
+                    // Receiver `role`: F × L messages from its own channel (two loops: no product to overflow).
                     let channel = &channels[role];
-                    for _ in 0..fds * loops {
-                        if io_inside {
-                            let mut guard = policy.enter(&mut thread);
-                            channel.read_exact(&mut buf)?;
-                            P::record(&data, &mut guard, size);
-                        } else {
-                            channel.read_exact(&mut buf)?;
-                            P::record(&data, &mut policy.enter(&mut thread), size);
+                    for _ in 0..fds {
+                        for _ in 0..loops {
+                            if io_inside {
+                                let mut guard = policy.enter(&mut thread);
+                                channel.read_exact(&mut buf)?;
+                                P::record(&data, &mut guard, size);
+                            } else {
+                                channel.read_exact(&mut buf)?;
+                                P::record(&data, &mut policy.enter(&mut thread), size);
+                            }
                         }
                     }
                 } else {
@@ -449,8 +498,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
     }
     let mut data = Arc::try_unwrap(data).map_err(|_| "per-CID data still shared after join")?;
     let (msgs, bytes) = P::totals(&mut data);
-    let expect = 2 * (groups * fds * fds * loops) as u64;
-    if msgs != expect || bytes != expect * size as u64 {
+    if msgs != expect || bytes != expect_bytes {
         return Err(format!("per-CID data lost updates: {msgs} messages, expected {expect}"));
     }
     if policy.cids_in_use() > cores {
@@ -489,6 +537,8 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Created before the run, so that an unwritable path is reported at once.
+    let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
     let cpus: Vec<usize> = if cfg.pin {
         match CpuSet::current() {
             Ok(set) => set.iter().collect(),
@@ -498,14 +548,14 @@ fn main() {
         Vec::new()
     };
     if !cfg.compare {
-        single(&cfg, &cpus);
+        single(&cfg, &cpus, json);
         return;
     }
     let samples = compare(&cfg, &cpus);
     let (wall, cpu) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
     report(&cfg, &samples, &wall, &cpu);
-    if let Some(path) = &cfg.json {
-        write_json(path, &cfg, &samples, &wall, &cpu);
+    if let Some(file) = json {
+        file.write(&json_body(&cfg, &samples, &wall, &cpu)).unwrap_or_else(|e| fail(e));
     }
 }
 
@@ -531,7 +581,7 @@ fn guard_name(cfg: &Config) -> &'static str {
 }
 
 /// One run of one policy (no --compare), printed like hackbench.
-fn single(cfg: &Config, cpus: &[usize]) {
+fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
     let (channel, scope) = (channel_name(cfg), guard_name(cfg));
     let policy = cfg.policy.unwrap_or(0);
     let g = cfg.groups[0];
@@ -563,20 +613,21 @@ fn single(cfg: &Config, cpus: &[usize]) {
         );
         println!("mmcid stats: {st:?}");
     }
-    if let Some(path) = &cfg.json {
-        let s = t.as_secs_f64();
+    if let Some(file) = json {
         let body = format!(
             "{{\"benchmark\":\"hackbench\",\"mode\":\"threads\",\"channel\":{},\"groups\":{g},\"fds\":{},\
-             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{s:.6},\"cpu_s\":{cpu:.6}}}\n",
+             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{},\"cpu_s\":{}}}\n",
             json_str(channel),
             cfg.fds,
             cfg.loops,
             cfg.size,
             cfg.pin,
             json_str(scope),
-            json_str(POLICIES[policy])
+            json_str(POLICIES[policy]),
+            json_num(t.as_secs_f64(), 6),
+            json_num(cpu, 6)
         );
-        std::fs::write(path, body).unwrap_or_else(|e| fail(format!("cannot write {path}: {e}")));
+        file.write(&body).unwrap_or_else(|e| fail(e));
     }
 }
 
@@ -590,7 +641,7 @@ struct Samples {
 /// Every policy, every group count, interleaved repeats, after one uncounted warm-up run.
 fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
     let n = POLICIES.len();
-    let total = cfg.groups.len() * cfg.repeats * n;
+    let total = compare_runs(cfg.groups.len(), cfg.repeats).unwrap_or(usize::MAX); // checked in parse_args
     println!(
         "hackbench threads, {}, -f {} -l {} -s {}, guard around {}{}: groups {}, {} repeats per cell (interleaved)",
         channel_name(cfg),
@@ -686,23 +737,20 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     );
 }
 
-/// The --compare results as JSON: every run, the medians, and the paired costs with their intervals.
-fn write_json(path: &str, cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
-    let list = |v: &[f64]| v.iter().map(|t| format!("{t:.6}")).collect::<Vec<_>>().join(",");
+/// The --compare results as JSON: every run, the medians, and the paired costs with their intervals. Every float
+/// goes through `json_num` (`null` when not finite, e.g. a percentage versus a zero median).
+fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> String {
     let mut rows = Vec::new();
     for (gi, &g) in cfg.groups.iter().enumerate() {
         for (p, name) in POLICIES.iter().enumerate() {
             let (m, c) = (&wall.medians[gi], &cpu.medians[gi]);
             rows.push(format!(
-                "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],\"median_s\":{:.6},\"vs_none_pct\":{:.3},\
-                 \"cpu_runs_s\":[{}],\"cpu_median_s\":{:.6},\"cpu_vs_none_pct\":{:.3},{},{}}}",
+                "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],{},\"cpu_runs_s\":[{}],{},{},{}}}",
                 json_str(name),
-                list(&samples.wall[gi][p]),
-                m[p],
-                pct(m[p], m[0]),
-                list(&samples.cpu[gi][p]),
-                c[p],
-                pct(c[p], c[0]),
+                json_list(&samples.wall[gi][p], 6),
+                json_median_vs("", "median_s", m[p], m[0], 6),
+                json_list(&samples.cpu[gi][p], 6),
+                json_median_vs("cpu_", "median_s", c[p], c[0], 6),
                 json_paired("paired_", wall.paired[gi][p].as_ref()),
                 json_paired("cpu_paired_", cpu.paired[gi][p].as_ref())
             ));
@@ -712,10 +760,10 @@ fn write_json(path: &str, cfg: &Config, samples: &Samples, wall: &Summary, cpu: 
         let cells: Vec<Verdict> = s.mmcid().iter().map(|ci| Verdict::judge(ci.as_ref(), BUDGET_PCT)).collect();
         json_str(overall(&cells).word())
     };
-    let body = format!(
+    format!(
         "{{\n  \"benchmark\":\"hackbench\",\"mode\":\"threads\",\"channel\":{},\"fds\":{},\"loops\":{},\
-         \"datasize\":{},\"guard\":{},\"repeats\":{},\"pin\":{},\"cpus\":{},\n  \"ci_level\":{CI_LEVEL},\
-         \"goal_budget_pct\":{BUDGET_PCT},\"goal_wall\":{},\"goal_cpu\":{},\n  \"results\":[\n{}\n  ]\n}}\n",
+         \"datasize\":{},\"guard\":{},\"repeats\":{},\"pin\":{},\"cpus\":{},\n  \"ci_level\":{},\
+         \"goal_budget_pct\":{},\"goal_wall\":{},\"goal_cpu\":{},\n  \"results\":[\n{}\n  ]\n}}\n",
         json_str(channel_name(cfg)),
         cfg.fds,
         cfg.loops,
@@ -724,11 +772,12 @@ fn write_json(path: &str, cfg: &Config, samples: &Samples, wall: &Summary, cpu: 
         cfg.repeats,
         cfg.pin,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
+        json_num(CI_LEVEL, 2),
+        json_num(BUDGET_PCT, 1),
         verdict(wall),
         verdict(cpu),
         rows.join(",\n")
-    );
-    std::fs::write(path, body).unwrap_or_else(|e| fail(format!("cannot write {path}: {e}")));
+    )
 }
 
 #[cfg(test)]
@@ -759,8 +808,46 @@ mod tests {
             &["--groups-list", "1,,2"],
             &["--policy", "mmcid", "--groups-list", "1"],
             &["--bogus"],
+            &["-s", "18446744073709551615"],
+            &["-s", "100000000000"],
+            &["-s", "1048577"],
+            &["-g", "50000", "-f", "1"],
+            &["-g", "4097", "-f", "1"],
+            &["--groups-list", "1,4097", "-f", "1"],
+            &["-g", "1", "-f", "2", "-l", "9223372036854775808"],
+            &["-g", "1", "-f", "1", "-l", "18446744073709551615"],
+            &["--repeats", "18446744073709551615"],
         ] {
             assert!(parse(words).is_err(), "{words:?} was accepted");
         }
+    }
+
+    #[test]
+    fn limits_are_inclusive() {
+        let cfg = parse(&["-s", "1048576", "-g", "4096", "-f", "1", "-l", "1000000000"]).unwrap().unwrap();
+        assert_eq!((cfg.size, cfg.groups, cfg.fds), (MAX_DATASIZE, vec![4096], 1));
+        let e = parse(&["-g", "4097", "-f", "1"]).unwrap_err();
+        assert!(e.contains("8194 threads") && e.contains("8192"), "{e}");
+        let e = parse(&["-s", "1048577"]).unwrap_err();
+        assert!(e.contains("1048576"), "{e}");
+        assert_eq!(run_totals(1, 2, 9_223_372_036_854_775_808, 1), None);
+        assert_eq!(run_totals(2, 3, 4, 5), Some((2 * 2 * 3 * 3 * 4, 2 * 2 * 3 * 3 * 4 * 5)));
+    }
+
+    #[test]
+    fn json_has_no_nan_or_inf_for_a_zero_baseline() {
+        let cfg = parse(&["--repeats", "5", "--groups-list", "1,2"]).unwrap().unwrap();
+        let n = POLICIES.len();
+        // `none` took 0 s in every run of the first cell; the second cell has no runs at all.
+        let mut wall = vec![vec![vec![0.5; 5]; n], vec![Vec::new(); n]];
+        wall[0][0] = vec![0.0; 5];
+        let samples = Samples { cpu: wall.clone(), wall };
+        let (w, c) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
+        let body = json_body(&cfg, &samples, &w, &c);
+        for bad in ["NaN", "inf"] {
+            assert!(!body.contains(bad), "{bad} in {body}");
+        }
+        assert!(body.contains("\"median_s\":0.500000,\"vs_none_pct\":null"), "{body}");
+        assert!(body.contains("\"cpu_median_s\":null,\"cpu_vs_none_pct\":null"), "{body}");
     }
 }

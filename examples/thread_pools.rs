@@ -12,10 +12,11 @@
 //! repeat r (positive = slower), which cancels the machine's slow drift, and a distribution-free confidence
 //! interval for the median of the d_r from order statistics: the k-th smallest to the k-th largest d_r, with k
 //! the largest whose coverage 1 - 2 P(Bin(n, 1/2) <= k - 1) is at least 90 % (n = 11 repeats: k = 3, 93.5 %).
-//! The goal, mmcid costing at most 3 % versus `none`, is judged per configuration: met when the upper bound is
-//! <= 3 %, NOT met when the lower bound is > 3 %, otherwise inconclusive (more `--repeats` narrow the interval);
-//! overall, the worst configuration decides. The default is 11 repeats of 0.2 s rather than 3 of 0.75 s: at equal
-//! time that gives the narrower interval; it took 27 s on the project's 2-core VM.
+//! The goal, mmcid costing at most 3 % versus `none`, is judged per configuration: met when the upper bound is <= 3 %,
+//! NOT met when the lower bound is > 3 %, otherwise inconclusive (more `--repeats` narrow the interval); overall, the
+//! worst configuration decides. That overall verdict takes the worst of several cells, each with its own ~90 % interval
+//! and no correction for multiple cells, so its error rate is higher than one cell's. The default is 11 repeats of 0.2
+//! s rather than 3 of 0.75 s: at equal time that gives the narrower interval; it took 27 s on the project's 2-core VM.
 //!
 //! ```text
 //! cargo run --release --example thread_pools                       # default comparison (two configurations)
@@ -27,14 +28,14 @@
 mod common;
 
 use common::{
-    json_paired, json_str, median, paired_ci, pct, positive, print_median_table, print_paired_table, print_verdicts,
-    spread_pct, throughput_cost_pct, value, MedianCi, Verdict, CI_LEVEL,
+    json_list, json_median_vs, json_num, json_paired, json_str, median, paired_ci, positive, print_median_table,
+    print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi, Verdict, CI_LEVEL,
 };
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::Group;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
@@ -48,9 +49,12 @@ usage: thread_pools [options]
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
       --compare          run every policy, interleaved (default when no --policy)
       --virtual-cpus N   mmcid group (and lazy core slots) with N simulated cores instead of the machine's
+                         (at most 65536, mmcid's limit)
       --repeats N        runs per policy in --compare, interleaved (default 11; 5 or more for a 90% CI)
-      --json FILE        write the results as JSON
+      --json FILE        write the results as JSON (the file is created before the run)
   -h, --help             this text
+
+pools x threads is at most 8192 short-lived threads at once.
 
 With no options: --compare on two configurations: 8 pools x 8 threads on this machine's cores, and 2 pools x 16
 threads with 8 virtual cores (per-CPU mode when more than 8 threads are registered, back to per-task below 4), so
@@ -68,13 +72,21 @@ threshold), but rarely: see the switch counts.
   - the run-to-run spread of `none` (noise);
   - the goal, mmcid costs <= 3% versus none, per configuration: met if mmcid's CI upper bound is <= 3%, NOT
     met if its lower bound is > 3%, inconclusive if the CI straddles 3% (more --repeats narrow it) or fewer
-    than 5 repeats; overall, the worst configuration decides.
+    than 5 repeats; overall, the worst configuration decides. The overall verdict takes the worst of several
+    cells, each with its own ~90% interval and no correction for multiple cells, so the overall error rate is
+    higher than one cell's.
 Many short runs beat a few long ones at equal time: the interval of 11 runs (3rd to 9th smallest) is much
 narrower than that of 5 (minimum to maximum), and runs closer in time pair better. The default run (2
 configurations x 6 policies x 11 repeats x 0.2 s) took 27 s on the project's 2-core VM.
 ";
 
 const POLICIES: [&str; 6] = ["none", "mutex", "bitmap", "lazy-all", "lazy-visited", "mmcid"];
+
+/// The most short-lived threads alive at once (pools × threads).
+const MAX_THREADS: usize = 8192;
+
+/// The most virtual CPUs: mmcid's own limit (a larger `Group::builder().virtual_cpus` is an error there).
+const MAX_VIRTUAL_CPUS: usize = 1 << 16;
 
 #[derive(Clone, Copy, Debug)]
 struct Setup {
@@ -140,16 +152,27 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
     let policy = if compare { None } else { policy };
     let defaults = pools.is_none() && threads.is_none() && vcpus.is_none();
     let (pools, threads) = (pools.unwrap_or(8), threads.unwrap_or(8));
-    if pools.saturating_mul(threads) > 100_000 {
-        return Err(format!("{pools} pools x {threads} threads: at most 100000 threads at once"));
+    if pools.saturating_mul(threads) > MAX_THREADS {
+        return Err(format!("{pools} pools x {threads} threads: at most {MAX_THREADS} threads at once"));
+    }
+    if let Some(v) = vcpus.filter(|&v| v > MAX_VIRTUAL_CPUS) {
+        return Err(format!("--virtual-cpus {v}: at most {MAX_VIRTUAL_CPUS} (mmcid's limit)"));
     }
     let setups = if compare && defaults {
         vec![Setup { pools, threads, virtual_cpus: None }, Setup { pools: 2, threads: 16, virtual_cpus: Some(8) }]
     } else {
         vec![Setup { pools, threads, virtual_cpus: vcpus }]
     };
+    if compare && compare_runs(setups.len(), repeats).is_none() {
+        return Err(format!("--repeats {repeats}: too many runs"));
+    }
     let seconds = seconds.unwrap_or(if compare { 0.2 } else { 5.0 });
     Ok(Some(Config { setups, seconds, policy, repeats, json }))
+}
+
+/// Runs of a --compare: every policy once per repeat and setup; None on overflow.
+fn compare_runs(setups: usize, repeats: usize) -> Option<usize> {
+    setups.checked_mul(repeats)?.checked_mul(POLICIES.len())
 }
 
 /// One pool's rendezvous record (the C benchmark's `{mutex, cond, counters}`).
@@ -179,14 +202,21 @@ fn lock(pool: &Pool) -> std::sync::MutexGuard<'_, Counts> {
     pool.state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Outcome {
+/// One run; an error if a pool thread cannot be started (the pools already started are stopped and joined).
+///
+/// The pools wait at a gate until all of them are started and the clock starts: pools churning while the others
+/// are still being started would starve the starting thread (with thousands of pools, for minutes).
+fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Result<Outcome, String> {
     let policy = Arc::new(policy);
     let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let pools: Vec<_> = (0..setup.pools)
-        .map(|_| {
-            let (policy, stop) = (Arc::clone(&policy), Arc::clone(&stop));
-            std::thread::spawn(move || {
+    let gate = Arc::new(RwLock::new(()));
+    let closed = gate.write().unwrap_or_else(|e| e.into_inner());
+    let mut pools = Vec::with_capacity(setup.pools);
+    for i in 0..setup.pools {
+        let spawned = {
+            let (policy, stop, gate) = (Arc::clone(&policy), Arc::clone(&stop), Arc::clone(&gate));
+            std::thread::Builder::new().spawn(move || {
+                drop(gate.read().unwrap_or_else(|e| e.into_inner())); // wait for go
                 let pool = Arc::new(Pool::default());
                 let (mut created, mut failures, mut spawn_ns) = (0u64, 0u64, 0u128);
                 while !stop.load(Ordering::Relaxed) {
@@ -241,8 +271,21 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Out
                 }
                 (created, failures, spawn_ns)
             })
-        })
-        .collect();
+        };
+        match spawned {
+            Ok(h) => pools.push(h),
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                drop(closed);
+                for p in pools {
+                    let _ = p.join();
+                }
+                return Err(format!("cannot start pool thread {} of {}: {e}", i + 1, setup.pools));
+            }
+        }
+    }
+    let start = Instant::now();
+    drop(closed); // go
     std::thread::sleep(Duration::from_secs_f64(seconds));
     stop.store(true, Ordering::Relaxed);
     let (mut created, mut failures, mut spawn_ns) = (0u64, 0u64, 0u128);
@@ -253,13 +296,13 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Out
         spawn_ns += ns;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    Outcome {
+    Ok(Outcome {
         threads_per_s: created as f64 / elapsed,
         created,
         failures,
         mean_spawn_ns: spawn_ns as f64 / (created + failures).max(1) as f64,
         switches: None,
-    }
+    })
 }
 
 fn run_one(policy: usize, setup: Setup, seconds: f64) -> Result<Outcome, String> {
@@ -272,17 +315,17 @@ fn run_one(policy: usize, setup: Setup, seconds: f64) -> Result<Outcome, String>
         LazyCids::with_config(config)
     };
     Ok(match POLICIES[policy] {
-        "none" => run_policy(NoCid::new(), setup, seconds),
-        "mutex" => run_policy(MutexCids::new(), setup, seconds),
-        "bitmap" => run_policy(BitmapCids::new(capacity), setup, seconds),
-        "lazy-all" => run_policy(lazy(Scan::All), setup, seconds),
-        "lazy-visited" => run_policy(lazy(Scan::Visited), setup, seconds),
+        "none" => run_policy(NoCid::new(), setup, seconds)?,
+        "mutex" => run_policy(MutexCids::new(), setup, seconds)?,
+        "bitmap" => run_policy(BitmapCids::new(capacity), setup, seconds)?,
+        "lazy-all" => run_policy(lazy(Scan::All), setup, seconds)?,
+        "lazy-visited" => run_policy(lazy(Scan::Visited), setup, seconds)?,
         _ => {
             let group = match setup.virtual_cpus {
                 Some(v) => Group::builder().virtual_cpus(v).build().map_err(|e| format!("--virtual-cpus {v}: {e}"))?,
                 None => Group::new(),
             };
-            let mut out = run_policy(MmCid::new(group.clone()), setup, seconds);
+            let mut out = run_policy(MmCid::new(group.clone()), setup, seconds)?;
             let stats = group.stats();
             if group.users() != 0 || stats.cids_in_use != 0 {
                 return Err(format!("mmcid: {} users, {} CIDs in use after the run", group.users(), stats.cids_in_use));
@@ -299,7 +342,7 @@ fn fail(e: String) -> ! {
 }
 
 /// One run of one policy (no --compare).
-fn single(cfg: &Config, p: usize, cores: usize) {
+fn single(cfg: &Config, p: usize, cores: usize, json: Option<JsonFile>) {
     let setup = cfg.setups[0];
     println!("thread pools {}, policy {}, {:.2} s, {cores} cores", setup.label(), POLICIES[p], cfg.seconds);
     let out = run_one(p, setup, cfg.seconds).unwrap_or_else(|e| fail(e));
@@ -310,22 +353,30 @@ fn single(cfg: &Config, p: usize, cores: usize) {
     if let Some((to_cpu, to_task)) = out.switches {
         println!("mmcid mode switches: {to_cpu} to per-CPU, {to_task} to per-task");
     }
-    if let Some(path) = &cfg.json {
+    if let Some(file) = json {
         let body = format!(
-            "{{\"benchmark\":\"thread_pools\",\"config\":\"{}\",\"policy\":\"{}\",\"seconds\":{},\"threads_per_s\":{:.1},\
-             \"created\":{},\"failures\":{},\"mean_spawn_ns\":{:.0},\"switches_to_per_cpu\":{},\"switches_to_per_task\":{}}}\n",
-            setup.label(),
-            POLICIES[p],
-            cfg.seconds,
-            out.threads_per_s,
+            "{{\"benchmark\":\"thread_pools\",\"config\":{},\"policy\":{},\"seconds\":{},\"threads_per_s\":{},\
+             \"created\":{},\"failures\":{},\"mean_spawn_ns\":{},\"switches_to_per_cpu\":{},\
+             \"switches_to_per_task\":{}}}\n",
+            json_str(&setup.label()),
+            json_str(POLICIES[p]),
+            json_seconds(cfg.seconds),
+            json_num(out.threads_per_s, 1),
             out.created,
             out.failures,
-            out.mean_spawn_ns,
+            json_num(out.mean_spawn_ns, 0),
             out.switches.map_or("null".into(), |s| s.0.to_string()),
             out.switches.map_or("null".into(), |s| s.1.to_string()),
         );
-        std::fs::write(path, body).unwrap_or_else(|e| fail(format!("cannot write {path}: {e}")));
+        file.write(&body).unwrap_or_else(|e| fail(e));
     }
+}
+
+/// `--seconds` as a JSON number: as many decimals as its shortest exact form needs (it is finite and positive),
+/// `null` otherwise.
+fn json_seconds(seconds: f64) -> String {
+    let decimals = format!("{seconds}").split_once('.').map_or(0, |(_, frac)| frac.len());
+    json_num(seconds, decimals)
 }
 
 fn main() {
@@ -337,10 +388,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Created before the run, so that an unwritable path is reported at once.
+    let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     if let Some(p) = cfg.policy {
-        single(&cfg, p, cores);
+        single(&cfg, p, cores, json);
         return;
     }
 
@@ -349,8 +402,8 @@ fn main() {
     let paired: Vec<Vec<Option<MedianCi>>> =
         thr.iter().map(|row| row.iter().map(|v| paired_ci(v, &row[0], throughput_cost_pct)).collect()).collect();
     let verdict = report(&cfg, &results, &thr, &paired);
-    if let Some(path) = &cfg.json {
-        write_json(path, &cfg, &results, &thr, &paired, verdict, cores);
+    if let Some(file) = json {
+        file.write(&json_body(&cfg, &results, &thr, &paired, verdict, cores)).unwrap_or_else(|e| fail(e));
     }
 }
 
@@ -358,7 +411,7 @@ fn main() {
 /// repeat (the order rotating), so index `repeat` pairs the policies' runs made back to back.
 fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
     let n = POLICIES.len();
-    let total = cfg.setups.len() * cfg.repeats * n;
+    let total = compare_runs(cfg.setups.len(), cfg.repeats).unwrap_or(usize::MAX); // checked in parse_args
     println!(
         "thread pools (create/teardown churn), {cores} cores, {:.2} s per run, {} repeats per cell (interleaved)",
         cfg.seconds, cfg.repeats
@@ -442,22 +495,21 @@ fn report(
     verdict
 }
 
-/// The --compare results as JSON: every run, the medians, and the paired costs with their intervals.
-fn write_json(
-    path: &str,
+/// The --compare results as JSON: every run, the medians, and the paired costs with their intervals. Every float
+/// goes through `json_num` (`null` when not finite, e.g. a percentage versus a median of 0 threads/s).
+fn json_body(
     cfg: &Config,
     results: &[Vec<Vec<Outcome>>],
     thr: &[Vec<Vec<f64>>],
     paired: &[Vec<Option<MedianCi>>],
     verdict: Verdict,
     cores: usize,
-) {
+) -> String {
     let mut rows = Vec::new();
     for (si, setup) in cfg.setups.iter().enumerate() {
         let base = median(&thr[si][0]);
         for (p, name) in POLICIES.iter().enumerate() {
             let m = median(&thr[si][p]);
-            let runs: Vec<String> = thr[si][p].iter().map(|t| format!("{t:.1}")).collect();
             let switches = if *name == "mmcid" {
                 let (to_cpu, to_task) = switch_totals(&results[si][p]);
                 format!(",\"switches_to_per_cpu\":{to_cpu},\"switches_to_per_task\":{to_task}")
@@ -466,27 +518,28 @@ fn write_json(
             };
             rows.push(format!(
                 "    {{\"config\":{},\"pools\":{},\"threads\":{},\"virtual_cpus\":{},\"policy\":{},\
-                 \"runs_thr_per_s\":[{}],\"median_thr_per_s\":{m:.1},\"vs_none_pct\":{:.3},{}{switches}}}",
+                 \"runs_thr_per_s\":[{}],{},{}{switches}}}",
                 json_str(&setup.label()),
                 setup.pools,
                 setup.threads,
                 setup.virtual_cpus.map_or("null".into(), |v| v.to_string()),
                 json_str(name),
-                runs.join(","),
-                pct(m, base),
+                json_list(&thr[si][p], 1),
+                json_median_vs("", "median_thr_per_s", m, base, 1),
                 json_paired("paired_cost_", paired[si][p].as_ref())
             ));
         }
     }
-    let body = format!(
+    format!(
         "{{\n  \"benchmark\":\"thread_pools\",\"cpus\":{cores},\"seconds\":{},\"repeats\":{},\n  \
-         \"ci_level\":{CI_LEVEL},\"goal_budget_pct\":{BUDGET_PCT},\"goal\":{},\n  \"results\":[\n{}\n  ]\n}}\n",
-        cfg.seconds,
+         \"ci_level\":{},\"goal_budget_pct\":{},\"goal\":{},\n  \"results\":[\n{}\n  ]\n}}\n",
+        json_seconds(cfg.seconds),
         cfg.repeats,
+        json_num(CI_LEVEL, 2),
+        json_num(BUDGET_PCT, 1),
         json_str(verdict.word()),
         rows.join(",\n")
-    );
-    std::fs::write(path, body).unwrap_or_else(|e| fail(format!("cannot write {path}: {e}")));
+    )
 }
 
 #[cfg(test)]
@@ -516,8 +569,43 @@ mod tests {
             &["-p", "1000", "-t", "1000"],
             &["--json"],
             &["--bogus"],
+            &["--virtual-cpus", "18446744073709551615"],
+            &["--virtual-cpus", "65537"],
+            &["-p", "30000", "-t", "1"],
+            &["-p", "8193", "-t", "1"],
+            &["-p", "1", "-t", "8193"],
+            &["--repeats", "18446744073709551615"],
         ] {
             assert!(parse(words).is_err(), "{words:?} was accepted");
         }
+    }
+
+    #[test]
+    fn limits_are_inclusive() {
+        let cfg = parse(&["-p", "8192", "-t", "1", "--virtual-cpus", "65536"]).unwrap().unwrap();
+        assert_eq!((cfg.setups[0].pools, cfg.setups[0].virtual_cpus), (8192, Some(MAX_VIRTUAL_CPUS)));
+        assert!(parse(&["-p", "64", "-t", "128"]).is_ok());
+        let e = parse(&["--virtual-cpus", "18446744073709551615"]).unwrap_err();
+        assert!(e.contains("65536"), "{e}");
+    }
+
+    #[test]
+    fn json_has_no_nan_or_inf_for_a_zero_baseline() {
+        let cfg = parse(&["--seconds", "1e-300", "--repeats", "5"]).unwrap().unwrap();
+        let n = POLICIES.len();
+        // No thread created in any run (0 threads/s): every percentage versus `none` divides by zero.
+        let results = vec![vec![vec![Outcome::default(); 5]; n]; cfg.setups.len()];
+        let thr = throughputs(&results);
+        let paired: Vec<Vec<Option<MedianCi>>> =
+            thr.iter().map(|row| row.iter().map(|v| paired_ci(v, &row[0], throughput_cost_pct)).collect()).collect();
+        let body = json_body(&cfg, &results, &thr, &paired, Verdict::TooFewRepeats, 2);
+        for bad in ["NaN", "inf"] {
+            assert!(!body.contains(bad), "{bad} in {body}");
+        }
+        assert!(body.contains("\"median_thr_per_s\":0.0,\"vs_none_pct\":null"), "{body}");
+        assert!(body.contains("\"seconds\":0.000"), "{body}");
+        assert_eq!(json_seconds(0.2), "0.2");
+        assert_eq!(json_seconds(5.0), "5");
+        assert_eq!(json_seconds(0.125), "0.125");
     }
 }

@@ -290,6 +290,45 @@ pub fn json_num(x: f64, decimals: usize) -> String {
     }
 }
 
+/// `v` as the inside of a JSON array: each number with `decimals` decimals, `null` where it is not finite.
+pub fn json_list(v: &[f64], decimals: usize) -> String {
+    v.iter().map(|&x| json_num(x, decimals)).collect::<Vec<_>>().join(",")
+}
+
+/// `"{prefix}{median_key}":..,"{prefix}vs_none_pct":..`: a median (`decimals` decimals) and its difference
+/// versus the baseline's median `base` in percent (3 decimals). Either is `null` when it is not finite: an empty
+/// sample's median, or a baseline median of zero or NaN (e.g. no thread created in a very short run).
+pub fn json_median_vs(prefix: &str, median_key: &str, m: f64, base: f64, decimals: usize) -> String {
+    format!("\"{prefix}{median_key}\":{},\"{prefix}vs_none_pct\":{}", json_num(m, decimals), json_num(pct(m, base), 3))
+}
+
+/// The `--json` output file, created (or truncated) before the benchmark runs so that an unwritable path is
+/// reported at once rather than after the whole run.
+#[derive(Debug)]
+pub struct JsonFile {
+    path: String,
+    file: std::fs::File,
+}
+
+impl JsonFile {
+    /// Creates or truncates `path`; the error names the path.
+    pub fn create(path: &str) -> Result<JsonFile, String> {
+        match std::fs::File::create(path) {
+            Ok(file) => Ok(JsonFile { path: path.to_string(), file }),
+            Err(e) => Err(format!("cannot write {path}: {e}")),
+        }
+    }
+
+    /// Writes `body` as the whole file.
+    pub fn write(mut self, body: &str) -> Result<(), String> {
+        use std::io::Write;
+        self.file.write_all(body.as_bytes()).and_then(|()| self.file.flush()).map_err(|e| {
+            let path = &self.path;
+            format!("cannot write {path}: {e}")
+        })
+    }
+}
+
 /// `"{prefix}median_pct":..,"{prefix}ci_lo_pct":..,"{prefix}ci_hi_pct":..,"{prefix}ci_coverage":..` (nulls for
 /// no interval): a paired cost's JSON fields.
 pub fn json_paired(prefix: &str, ci: Option<&MedianCi>) -> String {
@@ -390,6 +429,71 @@ mod tests {
         assert_eq!(overall(&[Verdict::Met, Verdict::Met]), Verdict::Met);
         let text = Verdict::Inconclusive.explain(Some(&ci(-1.0, 2.5, 9)));
         assert_eq!(text, "inconclusive (CI [-1.00%, +2.50%] straddles the budget; more --repeats narrow it)");
+    }
+
+    #[test]
+    fn a_lower_bound_exactly_at_the_budget_is_inconclusive() {
+        // NOT met needs the whole interval over the budget; a lower bound equal to it is not over it.
+        assert_eq!(Verdict::judge(Some(&ci(2.0, 5.0, 9)), 2.0), Verdict::Inconclusive);
+        assert_eq!(Verdict::judge(Some(&ci(2.0, 5.0, 9)), 2.0).word(), "inconclusive");
+        assert_eq!(Verdict::judge(Some(&ci(2.0 + 1e-9, 5.0, 9)), 2.0), Verdict::NotMet);
+        // An upper bound equal to the budget is met.
+        assert_eq!(Verdict::judge(Some(&ci(-1.0, 2.0, 9)), 2.0), Verdict::Met);
+    }
+
+    #[test]
+    fn too_few_repeats_ranks_between_inconclusive_and_not_met() {
+        use Verdict::*;
+        // Too few repeats outranks met and a straddling interval, so the overall verdict keeps its reason...
+        assert_eq!(overall(&[Met, TooFewRepeats, Met]), TooFewRepeats);
+        assert_eq!(overall(&[TooFewRepeats, Inconclusive]), TooFewRepeats);
+        assert_eq!(overall(&[Inconclusive, TooFewRepeats]), TooFewRepeats);
+        // ...but a cell whose whole interval is over the budget still decides.
+        assert_eq!(overall(&[TooFewRepeats, NotMet]), NotMet);
+        assert_eq!(overall(&[NotMet, TooFewRepeats, Met]), NotMet);
+        assert_eq!(overall(&[Met, TooFewRepeats]).word(), "inconclusive");
+        assert_eq!(overall(&[]), Met);
+        let mut all = [NotMet, TooFewRepeats, Met, Inconclusive];
+        all.sort();
+        assert_eq!(all, [Met, Inconclusive, TooFewRepeats, NotMet]);
+    }
+
+    #[test]
+    fn medians_versus_a_zero_or_nan_baseline_are_null_in_json() {
+        // A zero baseline (no thread created in a very short run): the percentage is inf or NaN, not JSON.
+        assert_eq!(
+            json_median_vs("", "median_thr_per_s", 10.0, 0.0, 1),
+            "\"median_thr_per_s\":10.0,\"vs_none_pct\":null"
+        );
+        assert_eq!(
+            json_median_vs("", "median_thr_per_s", 0.0, 0.0, 1),
+            "\"median_thr_per_s\":0.0,\"vs_none_pct\":null"
+        );
+        // A NaN median (an empty sample) and a NaN baseline.
+        assert_eq!(
+            json_median_vs("cpu_", "median_s", f64::NAN, 1.0, 6),
+            "\"cpu_median_s\":null,\"cpu_vs_none_pct\":null"
+        );
+        assert_eq!(json_median_vs("", "median_s", 1.0, f64::NAN, 6), "\"median_s\":1.000000,\"vs_none_pct\":null");
+        assert_eq!(json_median_vs("", "median_s", 1.1, 1.0, 6), "\"median_s\":1.100000,\"vs_none_pct\":10.000");
+        assert_eq!(json_list(&[1.0, f64::INFINITY, f64::NAN, -2.25], 2), "1.00,null,null,-2.25");
+        assert_eq!(json_list(&[], 2), "");
+    }
+
+    #[test]
+    fn json_file_is_created_up_front_and_errors_name_the_path() {
+        let dir = std::env::temp_dir().join(format!("mmcid-json-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.json");
+        let path = path.to_str().unwrap();
+        let file = JsonFile::create(path).unwrap();
+        assert_eq!(std::fs::read_to_string(path).unwrap(), "", "created before anything is written");
+        file.write("{\"a\":1}\n").unwrap();
+        assert_eq!(std::fs::read_to_string(path).unwrap(), "{\"a\":1}\n");
+        let missing = dir.join("no-such-dir").join("out.json");
+        let e = JsonFile::create(missing.to_str().unwrap()).unwrap_err();
+        assert!(e.starts_with("cannot write ") && e.contains("no-such-dir"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
