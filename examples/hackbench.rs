@@ -18,9 +18,9 @@
 //! bound is > 2 %, otherwise inconclusive (more `--repeats` narrow the interval); overall, the worst group count
 //! decides. That overall verdict takes the worst of several cells, each with its own ~90 % interval and no correction
 //! for multiple cells, so its error rate is higher than one cell's. The default run (9 repeats: 162 runs of 0.1-0.4 s)
-//! took ~29 s on the idle 2-core VM, 38–49 s while the machine was loaded; 11 repeats (93.5 %, the 3rd to the 9th of
-//! 11: a narrower interval) took 36 s there with load average 3 and 43 s with load average 10-17, too close to the 45 s
-//! the default must stay under.
+//! took ~29 s on the idle 2-core VM, 38–49 s while the machine was loaded; the default must stay under a minute even
+//! then, which is why it is not 11 repeats (93.5 %, the 3rd to the 9th of 11: a narrower interval), which took 36 s
+//! with load average 3 and 43 s with load average 10-17.
 //!
 //! ```text
 //! cargo run --release --example hackbench                         # default: a small comparison of every policy
