@@ -39,15 +39,15 @@ pub(crate) struct Hot {
     /// Whether light barriers may be compiler fences (membarrier registered).
     pub(crate) asym: bool,
     /// The mode word value for which enter and exit may finish inline after only a compiler fence: `PER_TASK`
-    /// when the heavy side is membarrier, else `NO_FAST_TASK`, which no mode word ever equals, so the fallback
+    /// when the heavy side is membarrier, else `NOT_A_MODE`, which no mode word ever equals, so the fallback
     /// always reaches `light_barrier_rest` (and so does every loom model: loom has no membarrier).
     pub(crate) fast_task: u32,
-    /// The same for per-CPU exits: `PER_CPU` with membarrier, else `NO_FAST_TASK`.
+    /// The same for per-CPU exits: `PER_CPU` with membarrier, else `NOT_A_MODE`.
     pub(crate) fast_cpu: u32,
 }
 
-/// `Hot::fast_task` of a group without membarrier: not a mode word value.
-pub(crate) const NO_FAST_TASK: u32 = u32::MAX;
+/// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
+pub(crate) const NOT_A_MODE: u32 = u32::MAX;
 
 pub(crate) struct Inner {
     pub(crate) hot: CachePadded<Hot>,
@@ -402,8 +402,8 @@ impl GroupBuilder {
                     mode: AtomicU32::new(PER_TASK),
                     max_cids: AtomicU32::new(0),
                     asym,
-                    fast_task: if asym { PER_TASK } else { NO_FAST_TASK },
-                    fast_cpu: if asym { PER_CPU } else { NO_FAST_TASK },
+                    fast_task: if asym { PER_TASK } else { NOT_A_MODE },
+                    fast_cpu: if asym { PER_CPU } else { NOT_A_MODE },
                 }),
                 slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
                 bitmap,
@@ -458,14 +458,12 @@ impl Inner {
     }
 
     /// Light side of the Dekker pairs (E2, X2): a compiler fence when the heavy side uses membarrier, else a
-    /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1.
+    /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1. The fast paths split it in two: the
+    /// compiler fence inline, `light_barrier_rest` out of line.
     #[inline(always)]
     pub(crate) fn light_barrier(&self) {
-        if self.hot.asym {
-            compiler_fence(Ordering::SeqCst);
-        } else {
-            fence(Ordering::SeqCst);
-        }
+        compiler_fence(Ordering::SeqCst);
+        self.light_barrier_rest();
     }
 
     /// The part of the light barrier that the inline fast paths leave out: after their compiler fence, the full
@@ -478,6 +476,17 @@ impl Inner {
             fence(Ordering::SeqCst);
         }
         full
+    }
+
+    /// After a fast path's compiler fence and its load `m` of the mode word (E3 or X3): completes the light barrier
+    /// (unless loom mutant `skip` removes it) and returns the mode word as read after the whole barrier.
+    #[inline(always)]
+    pub(crate) fn mode_after_light_barrier(&self, m: u32, skip: MutantId) -> u32 {
+        if !self.mutant(skip) && self.light_barrier_rest() {
+            self.hot.mode.load(Ordering::Acquire)
+        } else {
+            m
+        }
     }
 
     /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence.

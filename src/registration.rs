@@ -301,11 +301,10 @@ impl Registration {
     fn enter_other(&mut self, m: u32) -> Entered {
         debug_assert_ne!(m, PER_CPU, "handled by enter_raw");
         let g = &*self.group.inner;
-        if !g.mutant(MUTANT_NO_ENTER_BARRIER) && g.light_barrier_rest() {
-            // The full fence of E2 ran only now: read E3 again.
-            let m = g.hot.mode.load(Acquire);
+        // Without membarrier the full fence of E2 runs only now: E3 again, and the per-task fast path after all.
+        if g.mode_after_light_barrier(m, MUTANT_NO_ENTER_BARRIER) == PER_TASK {
             let w = self.rec.cid.load(Acquire);
-            if m == PER_TASK && (w as usize) < g.max_cids() {
+            if (w as usize) < g.max_cids() {
                 self.rec.counters.bump(Ev::TaskFast);
                 return Entered::new(Held::Task(w));
             }
@@ -465,9 +464,7 @@ impl Registration {
     /// Per-CPU exit that may need more: the full fence of a group without membarrier, or a switch ran.
     #[inline(never)]
     fn exit_core_other(&mut self, cpu: usize, cid: u32, m: u32) {
-        let g = &*self.group.inner;
-        let fenced = !g.mutant(MUTANT_NO_EXIT_BARRIER) && g.light_barrier_rest();
-        let m = if fenced { g.hot.mode.load(Acquire) } else { m }; // X3 again, after the full fence
+        let m = self.group.inner.mode_after_light_barrier(m, MUTANT_NO_EXIT_BARRIER); // X3 after the whole barrier
         if m & ONCPU == 0 {
             self.exit_slow_core(cpu, cid, m);
         }
@@ -491,9 +488,7 @@ impl Registration {
     /// Per-task exit that may need more: the full fence of a group without membarrier, or a switch ran.
     #[inline(never)]
     fn exit_task_other(&mut self, w: u32, m: u32) {
-        let g = &*self.group.inner;
-        let fenced = !g.mutant(MUTANT_NO_EXIT_BARRIER) && g.light_barrier_rest();
-        let m = if fenced { g.hot.mode.load(Acquire) } else { m }; // X3 again, after the full fence
+        let m = self.group.inner.mode_after_light_barrier(m, MUTANT_NO_EXIT_BARRIER); // X3 after the whole barrier
         if m != PER_TASK {
             self.exit_slow_task(w, m);
         }
