@@ -30,14 +30,22 @@ fn closed_marker() -> *mut Registration {
     NonNull::dangling().as_ptr()
 }
 
+impl Parked {
+    /// Closes the slot (nothing is taken from or parked in it any more) and returns what it held: null, the closed
+    /// marker, or an owned `Box::into_raw` pointer.
+    fn close(&self) -> *mut Registration {
+        self.id.set(CLOSED_ID);
+        self.reg.replace(closed_marker())
+    }
+}
+
 /// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot.
 struct Closer;
 
 impl Drop for Closer {
     fn drop(&mut self) {
         let _ = PARKED.try_with(|p| {
-            p.id.set(CLOSED_ID);
-            let reg = p.reg.replace(closed_marker());
+            let reg = p.close();
             if !reg.is_null() && reg != closed_marker() {
                 // SAFETY: a non-null `reg` other than the closed marker (set here and by `take_slow`) is a
                 // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
@@ -86,8 +94,7 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
     if CLOSER.try_with(|_| ()).is_err() {
         let _ = PARKED.try_with(|p| {
             if p.reg.get().is_null() {
-                p.id.set(CLOSED_ID);
-                p.reg.set(closed_marker());
+                p.close();
             }
         });
     }
