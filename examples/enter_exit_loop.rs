@@ -2,12 +2,14 @@
 //!
 //! ```text
 //! cargo run --release --example enter_exit_loop -- <mode> <iterations>
-//! mode: per-task | per-task-fallback | per-cpu | temporary | group-enter | counter-add | counter-add-with
+//! mode: per-task | per-task-fallback | per-cpu | per-cpu-unpinned | temporary | group-enter | counter-add |
+//!       counter-add-with
 //! ```
 //!
 //! `per-task` uses the default group (membarrier on the rare side, compiler fences on the hot side, where the
 //! kernel allows it), `per-task-fallback` forces full fences (`asymmetric_fences(false)`), `per-cpu` registers
 //! idle registrations so that `users > max_cids`, pins the thread and declares its core with `set_cpu`,
+//! `per-cpu-unpinned` is the same without `set_cpu` (every enter asks which core it runs on, as unpinned threads do),
 //! `temporary` is the same while another registration holds a guard on that core (so every enter takes a temporary
 //! CID: what threads see when the core's holder is descheduled inside its guard), and
 //! `group-enter` uses the thread-local convenience `Group::enter`; `counter-add` is N `ShardedCounter::add(1)` (which
@@ -20,7 +22,7 @@ use std::hint::black_box;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|temporary|group-enter|counter-add|counter-add-with> \
+        "usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|per-cpu-unpinned|temporary|group-enter|counter-add|counter-add-with> \
          <iterations>"
     );
     std::process::exit(2);
@@ -76,7 +78,7 @@ fn main() -> Result<(), mmcid::Error> {
             let acc = pairs(&mut reg, black_box(n));
             (group, acc, vec![reg])
         }
-        "per-cpu" | "temporary" => {
+        "per-cpu" | "per-cpu-unpinned" | "temporary" => {
             let cpus = CpuSet::current()?;
             let cpu = cpus.iter().next().ok_or(mmcid::Error::EmptyCpuSet)?;
             if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
@@ -86,7 +88,9 @@ fn main() -> Result<(), mmcid::Error> {
             let mut idle: Vec<Registration> = (0..group.cores() + 1).map(|_| group.register()).collect();
             assert_eq!(group.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
             let mut reg = group.register();
-            reg.set_cpu(Some(cpu))?;
+            if mode != "per-cpu-unpinned" {
+                reg.set_cpu(Some(cpu))?;
+            }
             // `temporary`: the core's CID stays borrowed by this other registration's guard during the loop.
             let mut holder = group.register();
             holder.set_cpu(Some(cpu))?;

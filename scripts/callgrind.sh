@@ -5,13 +5,13 @@
 # a markdown table of Δinstructions / Δiterations, which cancels start-up, group set-up and teardown.
 #
 # usage: scripts/callgrind.sh [N1 N2]        (default 100000 1100000)
-# env:   MODES="per-task per-task-fallback per-cpu temporary group-enter counter-add counter-add-with"   KEEP=1 keeps the callgrind.out files
+# env:   MODES="per-task per-task-fallback per-cpu per-cpu-unpinned temporary group-enter counter-add counter-add-with"   KEEP=1 keeps the callgrind.out files
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 N1=${1:-100000}
 N2=${2:-1100000}
-MODES=${MODES:-"per-task per-task-fallback per-cpu temporary group-enter counter-add counter-add-with"}
+MODES=${MODES:-"per-task per-task-fallback per-cpu per-cpu-unpinned temporary group-enter counter-add counter-add-with"}
 command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }
 
 cargo build --release --example enter_exit_loop >&2

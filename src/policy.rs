@@ -73,12 +73,10 @@ impl PolicyGuard for CidGuard<'_> {
     }
 }
 
-/// The calling thread's core (0 if the OS cannot tell).
+/// The calling thread's core (0 if the OS cannot tell): the library's own read, so every policy pays the same.
 #[inline]
 fn current_cpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions; it returns -1 on error, mapped to 0.
-    let cpu = unsafe { libc::sched_getcpu() };
-    usize::try_from(cpu).unwrap_or(0)
+    crate::sys::current_cpu()
 }
 
 /// Number of configured (possible) cores of this machine.

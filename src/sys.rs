@@ -7,16 +7,111 @@
 mod imp {
     use std::sync::OnceLock;
 
-    /// The CPU the calling thread runs on now (glibc reads it from the rseq area: a few ns). 0 if unknown.
-    #[inline]
+    /// The CPU the calling thread runs on now; 0 if unknown. Reads the kernel's rseq `cpu_id` straight from the
+    /// area glibc registered (a load at a fixed offset from the thread pointer), else asks `sched_getcpu`.
+    #[inline(always)]
     pub(crate) fn current_cpu() -> usize {
+        match rseq::cpu_id() {
+            Some(cpu) => cpu,
+            None => current_cpu_slow(),
+        }
+    }
+
+    /// `current_cpu` without a usable rseq area: finds the area on the first call, then `sched_getcpu`.
+    #[inline(never)]
+    fn current_cpu_slow() -> usize {
+        rseq::probe();
         // SAFETY: sched_getcpu has no preconditions; it returns -1 on error, which we map to 0.
         let cpu = unsafe { libc::sched_getcpu() };
-        if cpu < 0 {
-            0
-        } else {
-            cpu as usize
+        usize::try_from(cpu).unwrap_or(0)
+    }
+
+    /// The kernel's rseq area as glibc (≥ 2.35) registers it for every thread: `struct rseq` lies at the thread
+    /// pointer plus `__rseq_offset`, and its `u32 cpu_id` (byte 4) is rewritten by the kernel before the thread
+    /// returns to user space on a new CPU. It reads -1 (not registered) or -2 (registration failed: no kernel
+    /// support, `glibc.pthread.rseq=0`, valgrind) where it cannot be used.
+    #[cfg(all(target_os = "linux", target_env = "gnu", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub(crate) mod rseq {
+        use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
+        use std::sync::Once;
+
+        /// Byte offset of `cpu_id` in `struct rseq` (after `u32 cpu_id_start`).
+        const CPU_ID: isize = 4;
+        /// `CPU_ID_AT` before the probe, or when this libc has no rseq area.
+        const NONE: isize = isize::MIN;
+        /// Offset of the calling thread's `cpu_id` from its thread pointer, the same for every thread.
+        /// Relaxed everywhere: written once by `probe` with a value derived from constants glibc set before
+        /// `main`, and a reader that still sees NONE just takes the `sched_getcpu` path.
+        static CPU_ID_AT: AtomicIsize = AtomicIsize::new(NONE);
+
+        /// The calling thread's CPU from its rseq area; `None` until `probe` found the area, or where the thread
+        /// has no registered area.
+        #[inline(always)]
+        pub(crate) fn cpu_id() -> Option<usize> {
+            let at = CPU_ID_AT.load(Relaxed);
+            if at == NONE {
+                return None;
+            }
+            // SAFETY: `probe` stored `at` only after finding `__rseq_offset` exported and `__rseq_size` covering
+            // `cpu_id`: glibc then places every thread's `struct rseq` at thread pointer + `__rseq_offset`, inside
+            // the thread's TCB, which lives as long as the thread. Volatile: the kernel writes it.
+            let cpu = unsafe { std::ptr::read_volatile(thread_pointer().offset(at) as *const u32) };
+            // Negative: this thread's area is not registered (see the module docs).
+            usize::try_from(cpu as i32).ok()
         }
+
+        /// The thread pointer (TLS base) of the calling thread.
+        #[inline(always)]
+        fn thread_pointer() -> *const u8 {
+            let tp: *const u8;
+            // SAFETY: reading the thread pointer has no side effects. x86_64: fs:0 holds the TCB's self pointer,
+            // which is the thread pointer; aarch64: tpidr_el0 is the thread pointer.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
+            };
+            #[cfg(target_arch = "aarch64")]
+            unsafe {
+                std::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nostack, nomem, preserves_flags))
+            };
+            tp
+        }
+
+        /// Finds glibc's rseq area once. Looked up with `dlsym` rather than linked, so the crate still links
+        /// against glibc < 2.35 (which lacks the symbols) and static builds, and falls back to `sched_getcpu`.
+        pub(crate) fn probe() {
+            static PROBE: Once = Once::new();
+            PROBE.call_once(|| {
+                // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other preconditions.
+                let (off, size) = unsafe {
+                    (
+                        libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()),
+                        libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()),
+                    )
+                };
+                if off.is_null() || size.is_null() {
+                    return;
+                }
+                // SAFETY: glibc defines `__rseq_offset` as `const ptrdiff_t` and `__rseq_size` as `const unsigned
+                // int`, both set before `main` and never written again.
+                let (off, size) = unsafe { (*(off as *const isize), *(size as *const u32)) };
+                if size as isize >= CPU_ID + 4 {
+                    if let Some(at) = off.checked_add(CPU_ID).filter(|&at| at != NONE) {
+                        CPU_ID_AT.store(at, Relaxed);
+                    }
+                }
+            });
+        }
+    }
+
+    /// No rseq area to read on this platform: `current_cpu` always asks `sched_getcpu`.
+    #[cfg(not(all(target_os = "linux", target_env = "gnu", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    pub(crate) mod rseq {
+        #[inline(always)]
+        pub(crate) fn cpu_id() -> Option<usize> {
+            None
+        }
+        pub(crate) fn probe() {}
     }
 
     /// The CPU the calling thread runs on now, or the OS error number when `sched_getcpu` fails (unlike
@@ -168,6 +263,32 @@ mod tests {
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    /// The rseq read agrees with `sched_getcpu` on every allowed CPU, and is really in use where glibc registered
+    /// an area (glibc sets `__rseq_size` to 0 when registration fails), so a broken probe or a silent fallback
+    /// fails here.
+    #[test]
+    fn rseq_cpu_matches_sched_getcpu() {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other preconditions.
+        let size = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) };
+        // SAFETY: glibc defines `__rseq_size` as a `const unsigned int`.
+        let glibc_registered = !size.is_null() && unsafe { *(size as *const u32) } >= 8;
+        let expect_rseq = glibc_registered && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+        // A thread of its own: pinning it leaves the harness's threads alone.
+        std::thread::spawn(move || {
+            rseq::probe();
+            assert_eq!(rseq::cpu_id().is_some(), expect_rseq, "glibc registered rseq: {glibc_registered}");
+            for cpu in affinity().unwrap() {
+                pin_current(cpu).unwrap();
+                assert_eq!(current_cpu(), cpu);
+                if expect_rseq {
+                    assert_eq!(rseq::cpu_id(), Some(cpu), "rseq cpu_id disagrees after pinning to {cpu}");
+                }
+            }
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
