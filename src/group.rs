@@ -391,7 +391,7 @@ impl GroupBuilder {
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
         #[allow(unused_mut)]
-        let mut bitmap = Bitmap::new();
+        let mut bitmap = Bitmap::new(cores);
         #[cfg(loom)]
         {
             bitmap.relaxed = self.mutant == Mutant::RelaxedBitmap;
@@ -460,6 +460,14 @@ impl Inner {
     /// Light side of the Dekker pairs (E2, X2): a compiler fence when the heavy side uses membarrier, else a
     /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1. The fast paths split it in two: the
     /// compiler fence inline, `light_barrier_rest` out of line.
+    /// The I2 hard bound as this thread sees it now, `users + cores`: temporaries from a core's bitmap lane are
+    /// taken only below it (`Bitmap::get_near`). Relaxed: `users` changes only under the lifecycle lock, and a
+    /// stale value is as good as the one lowest-first allocation would have seen an instant earlier.
+    #[inline]
+    pub(crate) fn temp_bound(&self) -> usize {
+        self.users.load(Ordering::Relaxed) + self.cores
+    }
+
     #[inline(always)]
     pub(crate) fn light_barrier(&self) {
         compiler_fence(Ordering::SeqCst);

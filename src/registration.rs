@@ -251,16 +251,16 @@ impl Registration {
             }
             return match self.enter_cpu_fast() {
                 Ok(entered) => entered,
-                Err(s) => self.enter_cpu_other(s),
+                Err((s, cpu)) => self.enter_cpu_other(s, cpu),
             };
         }
         self.enter_other(m)
     }
 
-    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot. `Err(slot word)`: the slot was not
-    /// idle (or the CAS lost), for `enter_cpu_other` to decide.
+    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot. `Err((slot word, core))`: the slot
+    /// was not idle (or the CAS lost), for `enter_cpu_other` to decide.
     #[inline(always)]
-    fn enter_cpu_fast(&mut self) -> Result<Entered, u32> {
+    fn enter_cpu_fast(&mut self) -> Result<Entered, (u32, usize)> {
         let g = &*self.group.inner;
         let cpu = self.cpu_index();
         let slot = &g.slots[cpu];
@@ -273,19 +273,20 @@ impl Registration {
                 return Ok(Entered::new(Held::Core { cpu: cpu as u32, cid: c }));
             }
         }
-        Err(s)
+        Err((s, cpu))
     }
 
-    /// Per-CPU mode when the core's slot was not borrowed: a temporary if the core's CID is busy and we own
+    /// Per-CPU mode when core `cpu`'s slot was not borrowed: a temporary if the core's CID is busy and we own
     /// nothing (the common case), else the slow path.
     #[inline(never)]
-    fn enter_cpu_other(&mut self, s: u32) -> Entered {
+    fn enter_cpu_other(&mut self, s: u32, cpu: usize) -> Entered {
         if s & BUSY != 0 && self.rec.cid.load(Relaxed) == UNSET {
             // The core's CID is in use by a thread descheduled inside its guard, and we own nothing: a temporary,
             // straight from the bitmap. No barrier needed: fixups only take registration words (ours is UNSET,
             // only we store CIDs into it, and `running` is set anyway) and idle slots, never a guard's temporary.
-            // Relaxed load: others only ever store UNSET into our word.
-            let n = self.group.inner.bitmap.get();
+            // Relaxed load: others only ever store UNSET into our word. From the core's bitmap lane (§2.5).
+            let g = &*self.group.inner;
+            let n = g.bitmap.get_near(cpu, g.temp_bound());
             let c = &self.rec.counters;
             c.bump(Ev::Temporary);
             c.bump(Ev::Alloc);
@@ -409,7 +410,7 @@ impl Registration {
         Held::Temp(spare.unwrap_or_else(|| {
             c.bump(Ev::BitmapSet);
             c.bump(Ev::Alloc);
-            g.bitmap.get()
+            g.bitmap.get_near(cpu, g.temp_bound())
         }))
     }
 
