@@ -390,6 +390,7 @@ impl GroupBuilder {
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
+        sys::rseq::probe(); // here, not on the hot path: it takes the loader's lock
         #[allow(unused_mut)]
         let mut bitmap = Bitmap::new(cores);
         #[cfg(loom)]

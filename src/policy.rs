@@ -395,6 +395,7 @@ impl LazyCids {
     /// A policy with explicit settings.
     pub fn with_config(config: LazyConfig) -> LazyCids {
         let cores = config.cores.max(1);
+        crate::sys::rseq::probe(); // the same core lookup as mmcid's (`current_cpu`)
         let period_ns = u64::try_from(config.period.as_nanos()).unwrap_or(u64::MAX);
         LazyCids {
             slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),

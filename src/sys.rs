@@ -17,10 +17,11 @@ mod imp {
         }
     }
 
-    /// `current_cpu` without a usable rseq area: finds the area on the first call, then `sched_getcpu`.
+    /// `current_cpu` without a usable rseq area (not found, not probed yet, or not registered for this thread).
+    /// Never probes: `rseq::probe` takes the loader's lock (`dlsym`), which is neither async-signal-safe nor safe
+    /// in the child of a multithreaded fork, so it runs only where groups and policies are built.
     #[inline(never)]
     fn current_cpu_slow() -> usize {
-        rseq::probe();
         // SAFETY: sched_getcpu has no preconditions; it returns -1 on error, which we map to 0.
         let cpu = unsafe { libc::sched_getcpu() };
         usize::try_from(cpu).unwrap_or(0)
@@ -55,7 +56,7 @@ mod imp {
             // SAFETY: `probe` stored `at` only after finding `__rseq_offset` exported and `__rseq_size` covering
             // `cpu_id`: glibc then places every thread's `struct rseq` at thread pointer + `__rseq_offset`, inside
             // the thread's TCB, which lives as long as the thread. Volatile: the kernel writes it.
-            let cpu = unsafe { std::ptr::read_volatile(thread_pointer().offset(at) as *const u32) };
+            let cpu = unsafe { std::ptr::read_volatile(thread_pointer().wrapping_offset(at) as *const u32) };
             // Negative: this thread's area is not registered (see the module docs).
             usize::try_from(cpu as i32).ok()
         }
@@ -79,6 +80,7 @@ mod imp {
 
         /// Finds glibc's rseq area once. Looked up with `dlsym` rather than linked, so the crate still links
         /// against glibc < 2.35 (which lacks the symbols) and static builds, and falls back to `sched_getcpu`.
+        /// Called when a group or a policy is built (ordinary code, never a signal handler), not on the hot path.
         pub(crate) fn probe() {
             static PROBE: Once = Once::new();
             PROBE.call_once(|| {
@@ -249,6 +251,9 @@ mod imp {
         false
     }
     pub(crate) fn membarrier() {}
+    pub(crate) mod rseq {
+        pub(crate) fn probe() {}
+    }
 }
 
 pub(crate) use imp::*;
@@ -279,12 +284,21 @@ mod tests {
         std::thread::spawn(move || {
             rseq::probe();
             assert_eq!(rseq::cpu_id().is_some(), expect_rseq, "glibc registered rseq: {glibc_registered}");
-            for cpu in affinity().unwrap() {
+            let cpus = affinity().unwrap();
+            for &cpu in &cpus {
                 pin_current(cpu).unwrap();
+                let mut raw = 0u32;
+                // SAFETY: getcpu writes one u32 through the first pointer; the others may be null.
+                let rc = unsafe { libc::syscall(libc::SYS_getcpu, &mut raw as *mut u32, 0usize, 0usize) };
+                assert_eq!((rc, raw as usize), (0, cpu), "the getcpu system call disagrees with the pin");
                 assert_eq!(current_cpu(), cpu);
                 if expect_rseq {
                     assert_eq!(rseq::cpu_id(), Some(cpu), "rseq cpu_id disagrees after pinning to {cpu}");
                 }
+            }
+            if cpus.len() < 2 {
+                // One CPU (0): a wrong offset that lands on a zero word would read 0 too.
+                eprintln!("rseq_cpu_matches_sched_getcpu: one allowed CPU, wrong offsets reading 0 go unnoticed");
             }
         })
         .join()
