@@ -25,9 +25,30 @@ use crossbeam_utils::CachePadded;
 /// assert_eq!(group.users(), 0);
 /// assert_eq!(group.stats().cids_in_use, 0);  // nothing leaks (I5)
 /// ```
-#[derive(Clone)]
 pub struct Group {
     pub(crate) inner: Arc<Inner>,
+    /// Whether this handle counts in `Inner::handles`: every handle user code can reach does (groups, their
+    /// clones, the ones inside explicit registrations); those inside the thread-local layer's own registrations
+    /// do not, so the layer can tell when a group is abandoned.
+    counted: bool,
+}
+
+impl Clone for Group {
+    fn clone(&self) -> Group {
+        // Relaxed: a count, not a publication; see `is_abandoned`.
+        self.inner.handles.fetch_add(1, Ordering::Relaxed);
+        Group { inner: self.inner.clone(), counted: true }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.counted {
+            // Release: pairs with the Acquire load in `is_abandoned` (everything done through this handle happens
+            // before the thread-local layer drops its registrations).
+            self.inner.handles.fetch_sub(1, Ordering::Release);
+        }
+    }
 }
 
 /// Read-mostly words every enter reads: one cache line, written only by mode switches and membership changes.
@@ -59,6 +80,9 @@ pub(crate) struct Inner {
     pub(crate) virtual_cpus: bool,
     pub(crate) id: u64,
     users: AtomicUsize,
+    /// Counted `Group` handles (see `Group::counted`). A plain std atomic even under loom: no ordering argument
+    /// rests on it, and the thread-local layer that reads it is not compiled there.
+    handles: std::sync::atomic::AtomicUsize,
     life: Mutex<Life>,
     #[cfg(loom)]
     pub(crate) mutant: Mutant,
@@ -148,6 +172,29 @@ impl Group {
 
     /// Like [`Group::register`], returning [`Error::TooManyRegistrations`] instead of panicking.
     pub fn try_register(&self) -> Result<Registration, Error> {
+        self.register_with(self.clone())
+    }
+
+    /// A registration for the thread-local layer's own use: its group handle does not count, so the layer can
+    /// drop it once user code has dropped every handle ([`Group::is_abandoned`]).
+    #[cfg(not(loom))]
+    pub(crate) fn register_uncounted(&self) -> Registration {
+        match self.register_with(Group { inner: self.inner.clone(), counted: false }) {
+            Ok(reg) => reg,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Whether user code has dropped every counted handle: nothing can enter this group any more except the
+    /// registrations the thread-local layer holds, which it may then drop. Once true, stays true (a counted handle
+    /// is only ever made from another one).
+    #[cfg(not(loom))]
+    pub(crate) fn is_abandoned(&self) -> bool {
+        // Acquire: pairs with the Release decrement in `Drop`.
+        self.inner.handles.load(Ordering::Acquire) == 0
+    }
+
+    fn register_with(&self, handle: Group) -> Result<Registration, Error> {
         let inner = &*self.inner;
         let mut life = inner.life.lock();
         if !inner.bitmap.grow(life.users + 1 + inner.cores) {
@@ -176,7 +223,7 @@ impl Group {
             rec.cid.store(cid, Ordering::Release);
         }
         drop(life);
-        Ok(Registration::new(self.clone(), rec, index))
+        Ok(Registration::new(handle, rec, index))
     }
 
     /// Number of registered threads.
@@ -412,6 +459,7 @@ impl GroupBuilder {
                 virtual_cpus: self.virtual_cpus.is_some(),
                 id: next_group_id(),
                 users: AtomicUsize::new(0),
+                handles: std::sync::atomic::AtomicUsize::new(1),
                 life: Mutex::new(Life {
                     users: 0,
                     regs: Vec::new(),
@@ -423,6 +471,7 @@ impl GroupBuilder {
                 #[cfg(loom)]
                 mutant: self.mutant,
             }),
+            counted: true,
         }
     }
 }

@@ -7,6 +7,14 @@
 //! pool are dropped at thread exit, which unregisters their registrations (I7); a guard that outlives them (held
 //! by another thread-local's destructor) unregisters its registration itself. No protocol here is concurrent:
 //! only the owning thread touches its slot and pool.
+//!
+//! The layer's registrations hold group handles that do not count as the user's (`Group::register_uncounted`):
+//! once user code has dropped every handle of a group, its idle registrations here are dropped at the thread's next
+//! slow-path call (first use of another group, a nested enter, `leave_thread`) instead of living until thread exit,
+//! so threads that create and drop groups or `ShardedCounter`s keep at most one dead registration.
+//!
+//! Limit: a thread whose first `Group::enter` runs inside a `pthread_key_create` destructor (after Rust's
+//! thread-local destructors) can no longer register the thread-exit hook, so its registration is never dropped.
 
 use crate::registration::Entered;
 use crate::{Group, Registration};
@@ -99,14 +107,23 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
         });
     }
     let id = group.id();
-    let pooled = POOL
+    let (pooled, dead) = POOL
         .try_with(|pool| {
-            let mut pool = pool.try_borrow_mut().ok()?;
-            pool.iter_mut().find(|(g, _)| *g == id)?.1.pop()
+            let Ok(mut pool) = pool.try_borrow_mut() else { return (None, Vec::new()) };
+            // Registrations of abandoned groups: taken out here, dropped after the borrow ends.
+            let mut dead = Vec::new();
+            pool.retain_mut(|(_, regs)| {
+                let abandoned = regs.first().is_some_and(|r| r.group().is_abandoned());
+                if abandoned {
+                    dead.append(regs);
+                }
+                !abandoned
+            });
+            (pool.iter_mut().find(|(g, _)| *g == id).and_then(|(_, regs)| regs.pop()), dead)
         })
-        .ok()
-        .flatten();
-    let reg = pooled.unwrap_or_else(|| Box::new(group.register()));
+        .unwrap_or_default();
+    drop(dead);
+    let reg = pooled.unwrap_or_else(|| Box::new(group.register_uncounted()));
     NonNull::from(Box::leak(reg))
 }
 
@@ -157,9 +174,13 @@ fn give_back_slow(reg: NonNull<Registration>) {
     release(unsafe { Box::from_raw(to_pool.as_ptr()) });
 }
 
-/// Puts a registration in the calling thread's pool; drops (unregisters) it if the pool is gone.
+/// Puts a registration in the calling thread's pool; drops (unregisters) it if the pool is gone or its group is
+/// abandoned.
 #[cold]
 fn release(reg: Box<Registration>) {
+    if reg.group().is_abandoned() {
+        return drop(reg);
+    }
     let id = reg.group().id();
     let mut reg = Some(reg);
     let _ = POOL.try_with(|pool| {
@@ -235,9 +256,10 @@ impl Group {
     /// Cost: a thread-local compare and two stores on top of [`Registration::enter`] while the thread keeps using
     /// one group (its registration stays parked in a thread-local slot): about 50 instructions per enter+exit
     /// against 23 for the explicit API (docs/benchmarks.md); the first call on a thread also registers it, and a
-    /// thread alternating between groups on every call takes a pooled path (~100 instructions more). The parked registration keeps the
-    /// group alive until the thread exits or calls [`Group::leave_thread`]. Nested calls on one thread get
-    /// distinct CIDs (a second registration is made).
+    /// thread alternating between groups on every call takes a pooled path (~100 instructions more). The thread's
+    /// registration stays registered (it counts in [`Group::users`]) until the thread exits, calls
+    /// [`Group::leave_thread`], or, once every handle of the group is dropped, next uses another group. Nested
+    /// calls on one thread get distinct CIDs (a second registration is made).
     ///
     /// ```
     /// let group = mmcid::Group::new();
@@ -259,5 +281,56 @@ impl Group {
     /// returns how many there were.
     pub fn leave_thread(&self) -> usize {
         forget(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A group dropped by user code while its registration is parked here is freed at the thread's next use of
+    /// another group (review L1: before, every such group lived until thread exit).
+    #[test]
+    fn abandoned_groups_are_freed_at_the_next_slow_call() {
+        std::thread::spawn(|| {
+            let mut weaks = Vec::new();
+            for i in 0..200 {
+                let group = Group::new();
+                weaks.push(Arc::downgrade(&group.inner));
+                let counter = crate::ShardedCounter::new(&group);
+                counter.add(i);
+                drop(group.enter());
+                assert_eq!(counter.sum(), i);
+            }
+            // Each new group's first call evicted the previous one's parked registration and dropped it: only the
+            // last group is still alive, parked in the slot.
+            let alive = weaks.iter().filter(|w| w.upgrade().is_some()).count();
+            assert_eq!(alive, 1, "abandoned groups kept alive by the thread-local layer");
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A group that user code still holds keeps its registration pooled while the thread uses another group.
+    #[test]
+    fn live_groups_keep_their_pooled_registration() {
+        std::thread::spawn(|| {
+            let (a, b) = (Group::new(), Group::new());
+            drop(a.enter());
+            drop(b.enter()); // evicts a's registration to the pool
+            assert_eq!(a.users(), 1, "a's registration was dropped while a is alive");
+            drop(a.enter()); // and takes it back
+            assert_eq!(a.users(), 1);
+            // A clone made from a registration's handle counts too.
+            let mut reg = a.register();
+            let handle = reg.group().clone();
+            drop(reg.enter());
+            drop((a, reg));
+            drop(b.enter());
+            assert_eq!(handle.users(), 1, "the registration parked for `a` must survive while `handle` lives");
+        })
+        .join()
+        .unwrap();
     }
 }
