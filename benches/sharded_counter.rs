@@ -32,12 +32,15 @@ use thread_local::ThreadLocal;
 fn counter_note(counter: &ShardedCounter, pool: &Pool) -> String {
     assert_eq!(counter.sum(), pool.total_ops, "ShardedCounter lost or duplicated adds");
     let group = counter.group();
+    let s = group.stats();
+    let enters = s.enter_task_fast + s.enter_cpu_fast + s.enter_task_slow + s.enter_cpu_slow + s.enter_temporary;
     format!(
-        "{} shards allocated (max_cids {}, mode {:?}, users {})",
+        "{} shards allocated (max_cids {}, mode {:?}, users {}; {:.0}% of enters took a temporary CID)",
         counter.shards_allocated(),
         group.max_cids(),
         group.mode(),
-        group.users()
+        group.users(),
+        100.0 * s.enter_temporary as f64 / enters.max(1) as f64
     )
 }
 
