@@ -251,7 +251,7 @@ impl Registration {
             }
             return match self.enter_cpu_fast() {
                 Ok(entered) => entered,
-                Err((s, cpu)) => self.enter_cpu_other(s, cpu),
+                Err((s, cpu)) => self.enter_cpu_other(s, cpu, w),
             };
         }
         self.enter_other(m)
@@ -277,20 +277,18 @@ impl Registration {
     }
 
     /// Per-CPU mode when core `cpu`'s slot was not borrowed: a temporary if the core's CID is busy and we own
-    /// nothing (the common case), else the slow path.
+    /// nothing (the common case), else the slow path. `w`: our word as `enter_raw` read it.
     #[inline(never)]
-    fn enter_cpu_other(&mut self, s: u32, cpu: usize) -> Entered {
-        if s & BUSY != 0 && self.rec.cid.load(Relaxed) == UNSET {
+    fn enter_cpu_other(&mut self, s: u32, cpu: usize, w: u32) -> Entered {
+        // `w == UNSET` is still exact: only we store CIDs into our word (others only store UNSET).
+        if s & BUSY != 0 && w == UNSET {
             // The core's CID is in use by a thread descheduled inside its guard, and we own nothing: a temporary,
             // straight from the bitmap. No barrier needed: fixups only take registration words (ours is UNSET,
             // only we store CIDs into it, and `running` is set anyway) and idle slots, never a guard's temporary.
-            // Relaxed load: others only ever store UNSET into our word. From the core's bitmap lane (§2.5).
+            // From the core's bitmap lane (§2.5).
             let g = &*self.group.inner;
             let n = g.bitmap.get_near(cpu, g.temp_bound());
-            let c = &self.rec.counters;
-            c.bump(Ev::Temporary);
-            c.bump(Ev::Alloc);
-            c.bump(Ev::BitmapSet);
+            self.rec.counters.bump(Ev::TemporaryNear); // counts as a temporary, an allocation and a bitmap set
             return Entered::new(Held::Temp(n));
         }
         self.enter_slow(false)
