@@ -230,17 +230,19 @@ impl Bitmap {
         let lane = self.lane_of(cpu);
         if let Some(chunk) = self.chunk(0) {
             let word = &chunk.lanes[lane].0[0];
-            // Chunk 0 exists, so its CIDs are all usable: only `bound` limits.
-            let range = self.in_range(0, lane, 0, bound.min(CHUNK_BITS));
             // Relaxed: only a hint; the fetch_or in `take` validates it.
-            let free = !word.load(Ordering::Relaxed) & range;
-            if free != 0 {
-                let bit = free.trailing_zeros();
-                if let Some(cid) = self.take(word, bit, self.cid_at(0, lane, 0, bit)) {
+            let free = !word.load(Ordering::Relaxed);
+            if free == 0 {
+                return self.get_near_beyond(lane, bound);
+            }
+            // The lane's lowest free CID; chunk 0 exists, so only `bound` can rule it out (and with it every
+            // higher CID of the lane).
+            let bit = free.trailing_zeros();
+            let cid = self.cid_at(0, lane, 0, bit);
+            if cid < bound {
+                if let Some(cid) = self.take(word, bit, cid) {
                     return cid;
                 }
-            } else if range == u64::MAX {
-                return self.get_near_beyond(lane, bound);
             }
         }
         self.get()
