@@ -17,6 +17,8 @@
 //! | `group_enter` | `Group::enter` + drop (thread-local registration pool) |
 //! | `per_cpu` | `Registration::enter` + drop in per-CPU mode: pinned threads with `set_cpu`, extra idle
 //! |   | registrations so that `users > max_cids` |
+//! | `temporary` | the same while another registration of the worker holds a guard on its core (as when the
+//! |   | core's holder is descheduled inside its guard): every enter takes a temporary CID from the core's bitmap lane |
 //!
 //! Per-task mode needs `users ≤ max_cids ≤ cores`, so the per-task lines stop at T = cores. At the end the
 //! bench prints its own table of median ns/op/thread with ratios against `private_store` of the same run,
@@ -59,6 +61,23 @@ fn registration_worker(group: &Group, cpu: Option<usize>, declare_cpu: bool) -> 
             let guard = reg.enter();
             black_box(guard.cid().get());
         }
+    })
+}
+
+/// A worker whose enters all take temporaries: during each batch a second registration of the worker holds a
+/// guard on the same core, so the core's CID stays borrowed.
+fn temporary_worker(group: &Group, cpu: Option<usize>) -> Work {
+    let mut reg = group.register();
+    let mut holder = group.register();
+    reg.set_cpu(cpu).expect("pinned CPU is below group.cores()");
+    holder.set_cpu(cpu).expect("pinned CPU is below group.cores()");
+    Box::new(move |n| {
+        let held = holder.enter();
+        for _ in 0..n {
+            let guard = reg.enter();
+            black_box(guard.cid().get());
+        }
+        drop(held);
     })
 }
 
@@ -134,6 +153,22 @@ fn enter_exit(c: &mut Criterion) {
                 assert_eq!(for_pool.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
                 let workers = for_pool.clone();
                 Pool::new(t, pin.clone(), move |_, cpu| registration_worker(&workers, cpu, true)).keep(idle)
+            },
+            |pool| group_note(&group, pool),
+        );
+
+        // Temporaries: the core's CID held by another guard on the core for the whole batch.
+        let group = Group::builder().cpus(CpuSet::current().expect("affinity mask")).build().expect("group");
+        let for_pool = group.clone();
+        bench_line(
+            &mut g,
+            &summary,
+            Line { name: "temporary", threads: t },
+            || {
+                let idle: Vec<_> = (0..group.cores() + 1).map(|_| for_pool.register()).collect();
+                assert_eq!(for_pool.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
+                let workers = for_pool.clone();
+                Pool::new(t, pin.clone(), move |_, cpu| temporary_worker(&workers, cpu)).keep(idle)
             },
             |pool| group_note(&group, pool),
         );
