@@ -507,9 +507,6 @@ impl Inner {
         }
     }
 
-    /// Light side of the Dekker pairs (E2, X2): a compiler fence when the heavy side uses membarrier, else a
-    /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1. The fast paths split it in two: the
-    /// compiler fence inline, `light_barrier_rest` out of line.
     /// The I2 hard bound as this thread sees it now, `users + cores`: temporaries from a core's bitmap lane are
     /// taken only below it (`Bitmap::get_near`). Relaxed: `users` changes only under the lifecycle lock, and a
     /// stale value is as good as the one lowest-first allocation would have seen an instant earlier.
@@ -518,6 +515,9 @@ impl Inner {
         self.users.load(Ordering::Relaxed) + self.cores
     }
 
+    /// Light side of the Dekker pairs (E2, X2): a compiler fence when the heavy side uses membarrier, else a
+    /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1. The fast paths split it in two: the
+    /// compiler fence inline, `light_barrier_rest` out of line.
     #[inline(always)]
     pub(crate) fn light_barrier(&self) {
         compiler_fence(Ordering::SeqCst);

@@ -9,9 +9,10 @@
 //! only the owning thread touches its slot and pool.
 //!
 //! The layer's registrations hold group handles that do not count as the user's (`Group::register_uncounted`):
-//! once user code has dropped every handle of a group, its idle registrations here are dropped at the thread's next
-//! slow-path call (first use of another group, a nested enter, `leave_thread`) instead of living until thread exit,
-//! so threads that create and drop groups or `ShardedCounter`s keep at most one dead registration.
+//! once user code has dropped every handle of a group, its idle registrations here are dropped when the thread
+//! next takes a registration on the slow path (the first enter of another group than the parked one, a nested
+//! enter) or evicts it from the slot, instead of living until thread exit, so threads that create and drop groups
+//! or `ShardedCounter`s keep at most one dead registration.
 //!
 //! Limit: a thread whose first `Group::enter` runs inside a `pthread_key_create` destructor (after Rust's
 //! thread-local destructors) can no longer register the thread-exit hook, so its registration is never dropped.
@@ -112,12 +113,13 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
             let Ok(mut pool) = pool.try_borrow_mut() else { return (None, Vec::new()) };
             // Registrations of abandoned groups: taken out here, dropped after the borrow ends.
             let mut dead = Vec::new();
+            // Entries emptied by earlier takes go too: an entry is made again when a registration comes back.
             pool.retain_mut(|(_, regs)| {
                 let abandoned = regs.first().is_some_and(|r| r.group().is_abandoned());
                 if abandoned {
                     dead.append(regs);
                 }
-                !abandoned
+                !regs.is_empty()
             });
             (pool.iter_mut().find(|(g, _)| *g == id).and_then(|(_, regs)| regs.pop()), dead)
         })
@@ -307,6 +309,25 @@ mod tests {
             // last group is still alive, parked in the slot.
             let alive = weaks.iter().filter(|w| w.upgrade().is_some()).count();
             assert_eq!(alive, 1, "abandoned groups kept alive by the thread-local layer");
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Pool entries of dead groups do not pile up (review of session 3: an entry emptied by a take was never
+    /// swept, one per short-lived group).
+    #[test]
+    fn pool_entries_do_not_pile_up() {
+        std::thread::spawn(|| {
+            let x = Group::new();
+            for _ in 0..100 {
+                let t = Group::new();
+                drop(t.enter());
+                drop(x.enter());
+                drop(t.enter());
+            }
+            let entries = POOL.with(|pool| pool.borrow().len());
+            assert!(entries <= 2, "{entries} pool entries after 100 short-lived groups");
         })
         .join()
         .unwrap();
