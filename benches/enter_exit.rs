@@ -50,6 +50,9 @@ fn group_note(group: &Group, pool: &Pool) -> String {
     )
 }
 
+/// Makes one pinned worker (on the given CPU) of a line.
+type MakeWorker = fn(&Group, Option<usize>) -> Work;
+
 /// A worker that enters and leaves `group` through its own registration, `n` times per sample.
 fn registration_worker(group: &Group, cpu: Option<usize>, declare_cpu: bool) -> Work {
     let mut reg = group.register();
@@ -142,36 +145,25 @@ fn enter_exit(c: &mut Criterion) {
         );
 
         // Per-CPU mode: idle registrations push users above max_cids; workers are pinned and declare their core.
-        let group = Group::builder().cpus(CpuSet::current().expect("affinity mask")).build().expect("group");
-        let for_pool = group.clone();
-        bench_line(
-            &mut g,
-            &summary,
-            Line { name: "per_cpu", threads: t },
-            || {
-                let idle: Vec<_> = (0..group.cores() + 1).map(|_| for_pool.register()).collect();
-                assert_eq!(for_pool.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
-                let workers = for_pool.clone();
-                Pool::new(t, pin.clone(), move |_, cpu| registration_worker(&workers, cpu, true)).keep(idle)
-            },
-            |pool| group_note(&group, pool),
-        );
-
-        // Temporaries: the core's CID held by another guard on the core for the whole batch.
-        let group = Group::builder().cpus(CpuSet::current().expect("affinity mask")).build().expect("group");
-        let for_pool = group.clone();
-        bench_line(
-            &mut g,
-            &summary,
-            Line { name: "temporary", threads: t },
-            || {
-                let idle: Vec<_> = (0..group.cores() + 1).map(|_| for_pool.register()).collect();
-                assert_eq!(for_pool.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
-                let workers = for_pool.clone();
-                Pool::new(t, pin.clone(), move |_, cpu| temporary_worker(&workers, cpu)).keep(idle)
-            },
-            |pool| group_note(&group, pool),
-        );
+        // `temporary`: the core's CID held by another guard on the core for the whole batch.
+        let per_cpu_lines: [(&str, MakeWorker); 2] =
+            [("per_cpu", |group, cpu| registration_worker(group, cpu, true)), ("temporary", temporary_worker)];
+        for (name, worker) in per_cpu_lines {
+            let group = Group::builder().cpus(CpuSet::current().expect("affinity mask")).build().expect("group");
+            let for_pool = group.clone();
+            bench_line(
+                &mut g,
+                &summary,
+                Line { name, threads: t },
+                || {
+                    let idle: Vec<_> = (0..group.cores() + 1).map(|_| for_pool.register()).collect();
+                    assert_eq!(for_pool.mode(), Mode::PerCpu, "idle registrations must force per-CPU mode");
+                    let workers = for_pool.clone();
+                    Pool::new(t, pin.clone(), move |_, cpu| worker(&workers, cpu)).keep(idle)
+                },
+                |pool| group_note(&group, pool),
+            );
+        }
     }
     g.finish();
     summary.print("enter_exit", "private_store");
