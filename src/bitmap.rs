@@ -230,16 +230,20 @@ impl Bitmap {
         let lane = self.lane_of(cpu);
         if let Some(chunk) = self.chunk(0) {
             let word = &chunk.lanes[lane].0[0];
-            // Relaxed: only a hint; the fetch_or in `take` validates it.
-            let free = !word.load(Ordering::Relaxed);
-            if free == 0 {
-                return self.get_near_beyond(lane, bound);
-            }
-            // The lane's lowest free CID; chunk 0 exists, so only `bound` can rule it out (and with it every
-            // higher CID of the lane).
-            let bit = free.trailing_zeros();
-            let cid = self.cid_at(0, lane, 0, bit);
-            if cid < bound {
+            // A lost race retries in the lane: the bit was taken, so some thread progressed (lock-free, like `get`).
+            loop {
+                // Relaxed: only a hint; the fetch_or in `take` validates it.
+                let free = !word.load(Ordering::Relaxed);
+                if free == 0 {
+                    return self.get_near_beyond(lane, bound);
+                }
+                // The lane's lowest free CID; chunk 0 exists, so only `bound` can rule it out (and with it every
+                // higher CID of the lane).
+                let bit = free.trailing_zeros();
+                let cid = self.cid_at(0, lane, 0, bit);
+                if cid >= bound {
+                    break;
+                }
                 if let Some(cid) = self.take(word, bit, cid) {
                     return cid;
                 }

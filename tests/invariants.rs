@@ -568,3 +568,66 @@ fn i1_same_core_contention_per_cpu() {
     assert!(s.enter_cpu_fast > 0 && s.enter_temporary > 0, "both paths exercised: {s:?}");
     assert_quiescent_empty(&group);
 }
+
+/// I1 and I2 with temporaries taken on both cores at once, from both bitmap lanes (design.md §2.5): every core's
+/// CID is held by a guard for the whole run, so every enter takes a temporary; core 0 has as many threads as its
+/// lane has CIDs below `users + cores`, so some of its temporaries usually come from the lowest-first fallback
+/// (odd CIDs in three runs out of three when written).
+#[test]
+fn i1_i2_temporaries_from_both_lanes() {
+    const ON_CORE0: usize = 7;
+    const ON_CORE1: usize = 2;
+    const ROUNDS: usize = 2000;
+    let group = sim(2);
+    let occ = Arc::new(Occupancy::new(64));
+    let payload = Arc::new(Payload::new(64));
+    let mut holders: Vec<_> = (0..2).map(|_| group.register()).collect();
+    let regs: Vec<_> = (0..ON_CORE0 + ON_CORE1).map(|_| group.register()).collect();
+    let users = group.users();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    for (cpu, h) in holders.iter_mut().enumerate() {
+        h.set_cpu(Some(cpu)).unwrap();
+    }
+    let (h0, h1) = holders.split_at_mut(1);
+    let held = [h0[0].enter(), h1[0].enter()];
+    assert_eq!(held.iter().map(|g| g.kind()).collect::<Vec<_>>(), [CidKind::Core(0), CidKind::Core(1)]);
+    let seen: Arc<[std::sync::Mutex<std::collections::BTreeSet<usize>>; 2]> = Arc::new(Default::default());
+    let handles: Vec<_> = regs
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut reg)| {
+            let (occ, payload, seen) = (occ.clone(), payload.clone(), seen.clone());
+            let cpu = usize::from(i >= ON_CORE0);
+            thread::spawn(move || {
+                reg.set_cpu(Some(cpu)).unwrap();
+                let mut mine = std::collections::BTreeSet::new();
+                for r in 0..ROUNDS {
+                    let g = reg.enter();
+                    assert_eq!(g.kind(), CidKind::Temporary, "the core's CID is held");
+                    let cid = g.cid().get();
+                    assert!(cid < users + 2, "I2 hard bound: CID {cid} with {users} users on 2 cores");
+                    occ.enter(cid);
+                    payload.bump(cid);
+                    if r % 8 == 0 {
+                        thread::yield_now(); // overlap with the other threads of this core
+                    }
+                    occ.exit(cid);
+                    mine.insert(cid);
+                }
+                seen[cpu].lock().unwrap().extend(mine);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    drop(held);
+    assert_eq!(payload.sum(), ((ON_CORE0 + ON_CORE1) * ROUNDS) as u64);
+    // Core 1's temporaries come from lane 1 (odd CIDs): it never has more temporaries at once than lane 1 has
+    // CIDs below the bound, and a lost race retries in the lane.
+    let odd_only = seen[1].lock().unwrap().iter().all(|c| c % 2 == 1);
+    assert!(odd_only, "core 1's temporaries left its lane: {:?}", seen[1].lock().unwrap());
+    assert!(seen[0].lock().unwrap().iter().any(|c| c % 2 == 0), "core 0 never used its lane");
+    drop(holders);
+    assert_quiescent_empty(&group);
+}
