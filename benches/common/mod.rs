@@ -488,8 +488,13 @@ pub fn getcpu() -> usize {
 }
 
 /// The kernel's rseq `mm_cid` of the calling thread, read from the rseq area glibc registered: `struct rseq` is
-/// at thread pointer + `__rseq_offset`, and `mm_cid` is the `u32` at byte 24, which exists only if
-/// `__rseq_size >= 28` (glibc up to 2.39 reports 20, the original feature size, even on kernels that fill it).
+/// at thread pointer + `__rseq_offset`, and `mm_cid` is the `u32` at byte 24.
+///
+/// Readable when glibc's registration succeeded (`__rseq_size > 0`) and the kernel provides the field
+/// (`AT_RSEQ_FEATURE_SIZE >= 28`, Linux 6.3+): the kernel refuses registrations shorter than `ORIG_RSEQ_SIZE` (32
+/// bytes), so a registered area always covers byte 24..28, and such a kernel writes `mm_cid` there on every return
+/// to user space. glibc up to 2.39 reports `__rseq_size = 20`: that is the part of the area glibc itself uses, not
+/// the registered length (checked on ci-2core: the field reads the compact CIDs the kernel hands out).
 #[derive(Clone, Copy)]
 pub struct Rseq {
     offset: isize,
@@ -525,13 +530,21 @@ impl Rseq {
             // SAFETY: glibc defines `__rseq_size` as `const unsigned int` and `__rseq_offset` as `const ptrdiff_t`,
             // both initialised before main and never written again.
             let (size, offset) = unsafe { (*(size as *const u32), *(off as *const isize)) };
-            if (size as usize) < MM_CID_OFFSET + 4 {
+            if size == 0 {
+                return Err("rseq mm_cid baseline skipped: glibc did not register an rseq area".into());
+            }
+            if (kernel as usize) < MM_CID_OFFSET + 4 {
                 return Err(format!(
-                    "rseq mm_cid baseline skipped: glibc registered __rseq_size = {size} bytes (< 28, so mm_cid is \
-                     not part of the registered area; kernel AT_RSEQ_FEATURE_SIZE = {kernel})"
+                    "rseq mm_cid baseline skipped: the kernel's rseq has no mm_cid (AT_RSEQ_FEATURE_SIZE = {kernel} < \
+                     28; Linux 6.3+ has it)"
                 ));
             }
-            Ok(Rseq { offset })
+            let rseq = Rseq { offset };
+            // Sanity: one running thread of this process gets a CID below the number of possible CPUs.
+            if rseq.mm_cid() >= possible_cpus() {
+                return Err(format!("rseq mm_cid baseline skipped: mm_cid reads {}, not a CID", rseq.mm_cid()));
+            }
+            Ok(rseq)
         }
     }
 
