@@ -33,14 +33,7 @@ impl CpuSet {
 
     /// A set of the given CPUs, each checked against the possible CPUs and the process's affinity mask.
     pub fn from_cpus<I: IntoIterator<Item = usize>>(cpus: I) -> Result<CpuSet, Error> {
-        let set = CpuSet::raw(cpus);
-        if set.is_empty() {
-            return Err(Error::EmptyCpuSet);
-        }
-        let possible = sys::possible_cpus();
-        if let Some(cpu) = set.iter().find(|&c| c >= possible) {
-            return Err(Error::CpuOutOfRange { cpu, possible });
-        }
+        let set = CpuSet::below(cpus, sys::possible_cpus())?;
         let allowed = CpuSet::current()?;
         if let Some(cpu) = set.iter().find(|&c| !allowed.contains(c)) {
             return Err(Error::CpuNotAllowed { cpu });
@@ -49,10 +42,28 @@ impl CpuSet {
     }
 
     /// A set of virtual CPUs, for groups built with
-    /// [`GroupBuilder::virtual_cpus`](crate::GroupBuilder::virtual_cpus): only emptiness is checked here; the
-    /// group checks the range.
+    /// [`GroupBuilder::virtual_cpus`](crate::GroupBuilder::virtual_cpus): checked against emptiness and the most
+    /// virtual cores a group can have (65 536); the group checks its own range.
+    ///
+    /// ```
+    /// use mmcid::{CpuSet, Error};
+    /// assert_eq!(CpuSet::virtual_set([3, 5]).unwrap().len(), 2);
+    /// assert!(matches!(CpuSet::virtual_set([usize::MAX]), Err(Error::CpuOutOfRange { .. })));
+    /// ```
     pub fn virtual_set<I: IntoIterator<Item = usize>>(cpus: I) -> Result<CpuSet, Error> {
-        let set = CpuSet::raw(cpus);
+        CpuSet::below(cpus, crate::group::MAX_CPUS)
+    }
+
+    /// A non-empty set of CPUs each below `limit`; checks every CPU before it sizes the set, so a huge number is
+    /// an error, not an allocation failure (I9).
+    pub(crate) fn below<I: IntoIterator<Item = usize>>(cpus: I, limit: usize) -> Result<CpuSet, Error> {
+        let mut set = CpuSet { words: Vec::new() };
+        for cpu in cpus {
+            if cpu >= limit {
+                return Err(Error::CpuOutOfRange { cpu, possible: limit });
+            }
+            set.insert(cpu);
+        }
         if set.is_empty() {
             return Err(Error::EmptyCpuSet);
         }
@@ -129,6 +140,14 @@ mod tests {
         assert_eq!(CpuSet::from_cpus([]), Err(Error::EmptyCpuSet));
         let possible = sys::possible_cpus();
         assert_eq!(CpuSet::from_cpus([possible + 3]), Err(Error::CpuOutOfRange { cpu: possible + 3, possible }));
+        // Huge numbers are rejected before the set is sized (review, session 3: these used to abort the process
+        // on a failed multi-terabyte allocation).
+        for cpu in [1 << 40, usize::MAX] {
+            assert_eq!(CpuSet::from_cpus([0, cpu]), Err(Error::CpuOutOfRange { cpu, possible }));
+            let max = crate::group::MAX_CPUS;
+            assert_eq!(CpuSet::virtual_set([cpu]), Err(Error::CpuOutOfRange { cpu, possible: max }));
+        }
+        assert_eq!(CpuSet::virtual_set([]), Err(Error::EmptyCpuSet));
     }
 
     #[test]

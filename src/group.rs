@@ -123,6 +123,8 @@ enum Flip {
 pub struct GroupBuilder {
     cpus: Option<CpuSet>,
     virtual_cpus: Option<usize>,
+    /// A bad `cpus_virtual` argument, reported by `build`.
+    invalid: Option<Error>,
     asymmetric: bool,
     #[cfg(loom)]
     mutant: Mutant,
@@ -149,6 +151,7 @@ impl Group {
         GroupBuilder {
             cpus: None,
             virtual_cpus: None,
+            invalid: None,
             asymmetric: true,
             #[cfg(loom)]
             mutant: Mutant::None,
@@ -380,9 +383,13 @@ impl GroupBuilder {
         self
     }
 
-    /// With virtual cores, the subset the group may use at first (default: all of them).
+    /// With virtual cores, the subset the group may use at first (default: all of them). A CPU beyond the
+    /// virtual cores is reported by [`build`](GroupBuilder::build).
     pub fn cpus_virtual<I: IntoIterator<Item = usize>>(mut self, cpus: I) -> Self {
-        self.cpus = Some(CpuSet::raw(cpus));
+        match CpuSet::below(cpus, MAX_CPUS) {
+            Ok(set) => self.cpus = Some(set),
+            Err(e) => self.invalid = Some(e),
+        }
         self
     }
 
@@ -403,6 +410,9 @@ impl GroupBuilder {
 
     /// Builds the group, validating the CPU set (I9).
     pub fn build(self) -> Result<Group, Error> {
+        if let Some(e) = self.invalid.clone() {
+            return Err(e);
+        }
         match self.virtual_cpus {
             Some(0) => Err(Error::ZeroThreads),
             Some(n) if n > MAX_CPUS => Err(Error::CpuOutOfRange { cpu: n - 1, possible: MAX_CPUS }),

@@ -383,6 +383,13 @@ fn i9_bad_input() {
         Error::CpuOutOfRange { cpu: 5, possible: 2 }
     );
     assert_eq!(Group::builder().virtual_cpus(2).cpus_virtual([]).build().unwrap_err(), Error::EmptyCpuSet);
+    // Huge CPU numbers: a typed error, not an aborted multi-terabyte allocation.
+    for cpu in [1usize << 40, usize::MAX] {
+        assert!(matches!(CpuSet::from_cpus([cpu]), Err(Error::CpuOutOfRange { cpu: c, .. }) if c == cpu));
+        assert!(matches!(CpuSet::virtual_set([cpu]), Err(Error::CpuOutOfRange { cpu: c, .. }) if c == cpu));
+        let built = Group::builder().virtual_cpus(2).cpus_virtual([0, cpu]).build();
+        assert!(matches!(built, Err(Error::CpuOutOfRange { cpu: c, .. }) if c == cpu), "{built:?}");
+    }
     let group = sim(2);
     let mut reg = group.register();
     assert_eq!(reg.set_cpu(Some(2)), Err(Error::CpuOutOfRange { cpu: 2, possible: 2 }));
