@@ -326,7 +326,10 @@ impl<T> PerCid<T> {
 }
 
 impl<T> Drop for PerCid<T> {
+    /// Takes every shard out first and frees the segments, then drops the shards as one `Vec`: a `T::drop` that
+    /// panics cannot leak the other shards or the segments (the slice drop goes on with the remaining elements).
     fn drop(&mut self) {
+        let mut shards: Vec<Box<CachePadded<T>>> = Vec::with_capacity(self.allocated.load(Relaxed));
         for s in 0..SEGMENTS {
             // Relaxed: `&mut self` orders every other access before us.
             let seg = self.shards[s].load(Relaxed);
@@ -337,7 +340,7 @@ impl<T> Drop for PerCid<T> {
                     if !shard.is_null() {
                         // SAFETY: the shard came from `Box::leak` in `install`, stored once in this slot only, and
                         // no reference to it survives `&mut self`.
-                        drop(unsafe { Box::from_raw(shard) });
+                        shards.push(unsafe { Box::from_raw(shard) });
                     }
                 }
                 // SAFETY: `seg` came from `segment` with length `seg_len(s)` and is freed once.
@@ -349,6 +352,7 @@ impl<T> Drop for PerCid<T> {
                 unsafe { free_segment(words, words_len(s)) };
             }
         }
+        drop(shards);
     }
 }
 
