@@ -625,7 +625,8 @@ pub struct CidGuard<'a> {
     /// enum keeps the drop small enough to inline on the hot path.
     reg: NonNull<Registration>,
     entered: Entered,
-    prev_view: u32,
+    /// What the thread view showed before this guard (`view::enter`), for `view::exit`.
+    view_before: crate::view::Before,
     _marker: PhantomData<(&'a mut Registration, *mut ())>,
 }
 
@@ -638,16 +639,17 @@ impl std::fmt::Debug for CidGuard<'_> {
 impl<'a> CidGuard<'a> {
     #[inline(always)]
     pub(crate) fn borrowed(reg: &'a mut Registration, entered: Entered) -> CidGuard<'a> {
-        let prev_view = crate::view::enter(entered.cid());
-        CidGuard { reg: NonNull::from(reg), entered, prev_view, _marker: PhantomData }
+        let reg = NonNull::from(reg);
+        let view_before = crate::view::enter(reg.as_ptr() as usize, entered.cid());
+        CidGuard { reg, entered, view_before, _marker: PhantomData }
     }
 
     /// A guard that owns `reg` (a `Box::into_raw` pointer from the thread-local layer) and gives it back on drop.
     #[cfg(not(loom))]
     #[inline(always)]
     pub(crate) fn pooled(reg: NonNull<Registration>, entered: Entered) -> CidGuard<'static> {
-        let prev_view = crate::view::enter(entered.cid());
-        CidGuard { reg, entered: entered.into_pooled(), prev_view, _marker: PhantomData }
+        let view_before = crate::view::enter(reg.as_ptr() as usize, entered.cid());
+        CidGuard { reg, entered: entered.into_pooled(), view_before, _marker: PhantomData }
     }
 
     /// The CID this guard holds.
@@ -689,7 +691,7 @@ pub enum CidKind {
 impl Drop for CidGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        crate::view::exit(self.prev_view);
+        crate::view::exit(self.reg.as_ptr() as usize, self.view_before);
         // Copies: the rest of the drop works from registers, not from the guard.
         let (reg, entered) = (self.reg, self.entered);
         if entered.is_plain_task() {

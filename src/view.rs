@@ -10,25 +10,43 @@ mod imp {
     use std::cell::Cell;
 
     thread_local! {
-        static CID: Cell<u32> = const { Cell::new(NONE) };
+        /// What the view shows: the CID of the innermost live guard (or `NONE`), and which guard set it: its
+        /// registration's address, unique among the thread's live guards (each live guard has its own
+        /// registration); 0 with `NONE`.
+        static SHOWN: Cell<Before> = const { Cell::new(Before { token: 0, cid: NONE }) };
         static CPU: Cell<usize> = const { Cell::new(usize::MAX) };
     }
 
-    /// A guard was taken: publish its CID, return the previous one (guards nest).
-    #[inline(always)]
-    pub(crate) fn enter(cid: u32) -> u32 {
-        CID.try_with(|c| c.replace(cid)).unwrap_or(NONE)
+    /// What the view showed before a guard: handed back to `exit`.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Before {
+        token: usize,
+        cid: u32,
     }
 
-    /// A guard was dropped: restore the previous CID.
+    /// A guard of registration `token` with CID `cid` was taken: show it. Returns what it replaced.
     #[inline(always)]
-    pub(crate) fn exit(prev: u32) {
-        let _ = CID.try_with(|c| c.set(prev));
+    pub(crate) fn enter(token: usize, cid: u32) -> Before {
+        SHOWN.try_with(|s| s.replace(Before { token, cid })).unwrap_or(Before { token: 0, cid: NONE })
     }
 
-    /// The CID of the innermost live guard of the calling thread.
+    /// The guard of registration `token` was dropped. If the view still shows it (it was the innermost live
+    /// guard), show what it replaced. Otherwise a guard entered after it is still live (dropped out of order):
+    /// show `NONE`, which also keeps every later drop from putting back a CID of a dropped guard (a guard puts
+    /// back its predecessor only while the view shows the guard itself, and once `NONE` replaced a token no
+    /// drop shows it again), until the thread's next guard.
+    #[inline(always)]
+    pub(crate) fn exit(token: usize, before: Before) {
+        let _ = SHOWN.try_with(|s| {
+            let innermost = s.get().token == token;
+            s.set(if innermost { before } else { Before { token: 0, cid: NONE } });
+        });
+    }
+
+    /// The CID of the innermost live guard of the calling thread (`None` after an out-of-order drop, until the
+    /// thread's next guard).
     pub(crate) fn cid() -> Option<u32> {
-        CID.try_with(|c| c.get()).ok().filter(|&c| c != NONE)
+        SHOWN.try_with(|s| s.get().cid).ok().filter(|&c| c != NONE)
     }
 
     /// The core the calling thread was pinned to by the runtime.
@@ -45,10 +63,12 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     use super::NONE;
-    pub(crate) fn enter(_cid: u32) -> u32 {
-        NONE
+    #[derive(Clone, Copy)]
+    pub(crate) struct Before;
+    pub(crate) fn enter(_token: usize, _cid: u32) -> Before {
+        Before
     }
-    pub(crate) fn exit(_prev: u32) {}
+    pub(crate) fn exit(_token: usize, _before: Before) {}
 }
 
 pub(crate) use imp::*;

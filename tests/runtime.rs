@@ -293,7 +293,7 @@ fn bad_input_is_a_typed_error() {
     assert_eq!(CpuSet::from_cpus([]).unwrap_err(), Error::EmptyCpuSet);
     assert_eq!(CpuSet::virtual_set([]).unwrap_err(), Error::EmptyCpuSet);
     // A virtual set is re-validated as real cores.
-    let far = 100_000;
+    let far = 60_000; // beyond any real machine, within what a virtual set may name (65 536)
     match Runtime::builder().cpus(CpuSet::virtual_set([far]).unwrap()).build().unwrap_err() {
         Error::CpuOutOfRange { cpu, possible } => assert!(cpu == far && possible <= far),
         other => panic!("expected CpuOutOfRange, got {other:?}"),
@@ -371,6 +371,77 @@ fn current_agrees_with_the_guard() {
     })
     .join()
     .unwrap();
+}
+
+/// Guards dropped out of order (review, session 3): the view never shows a CID the thread no longer holds; it
+/// shows `None` from an out-of-order drop until the thread enters its next guard.
+#[test]
+fn current_after_out_of_order_drops() {
+    let cid = || current().unwrap().cid().map(|c| c.get());
+    let group = Group::new();
+    let other = Group::new(); // CIDs of two groups may coincide: the view must not be fooled by equal values
+    let (mut r1, mut r2, mut r3) = (group.register(), group.register(), other.register());
+    let g1 = r1.enter();
+    let g2 = r2.enter();
+    assert_eq!(cid(), Some(g2.cid().get()));
+    drop(g1); // g2 is still live: out of order
+    assert_eq!(cid(), None, "unknown, not g1's released CID");
+    let g3 = r3.enter();
+    assert_eq!(cid(), Some(g3.cid().get()), "the next guard is shown");
+    drop(g2); // out of order again (g3 is innermost)
+    assert_eq!(cid(), None);
+    drop(g3);
+    assert_eq!(cid(), None, "no guard left, and not g2's released CID");
+    // Back to normal: nested guards in order.
+    let g1 = r1.enter();
+    let g2 = r2.enter();
+    assert_eq!(cid(), Some(g2.cid().get()));
+    drop(g2);
+    assert_eq!(cid(), Some(g1.cid().get()));
+    drop(g1);
+    assert_eq!(cid(), None);
+    // Three guards, the middle one dropped first: neither of the others may put its CID back.
+    let (g1, g2, g3) = (r1.enter(), r2.enter(), r3.enter());
+    drop(g2);
+    assert_eq!(cid(), None);
+    drop(g3);
+    assert_eq!(cid(), None, "not g2's released CID");
+    drop(g1);
+    assert_eq!(cid(), None);
+    let g1 = r1.enter();
+    assert_eq!(cid(), Some(g1.cid().get()));
+}
+
+/// Random enter/drop orders over two groups: the view shows a live guard's CID or `None`, never a released one,
+/// and right after an enter it shows that guard's CID.
+#[test]
+fn current_never_shows_a_released_cid() {
+    let groups = [Group::new(), Group::new()];
+    let mut live: Vec<(usize, mmcid::CidGuard<'static>)> = Vec::new(); // (group index, guard)
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..5000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if live.len() < 6 && (live.is_empty() || x % 2 == 0) {
+            let gi = (x >> 8) as usize % 2;
+            let guard = groups[gi].enter();
+            let shown = current().unwrap().cid();
+            assert_eq!(shown, Some(guard.cid()), "an enter shows its own CID");
+            live.push((gi, guard));
+        } else {
+            let at = (x >> 8) as usize % live.len();
+            drop(live.remove(at));
+        }
+        if let Some(shown) = current().unwrap().cid() {
+            assert!(live.iter().any(|(_, g)| g.cid() == shown), "shows {shown:?}, held by no live guard");
+        }
+    }
+    drop(live);
+    assert_eq!(current().unwrap().cid(), None);
+    for g in &groups {
+        g.leave_thread();
+    }
 }
 
 #[test]
