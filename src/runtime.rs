@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::thread::{self, Thread, ThreadId};
+use std::thread::{self, Thread};
 
 /// A set of OS threads pinned to cores and registered in one [`Group`]: the thread-per-core shape of servers.
 ///
@@ -380,11 +380,14 @@ impl Runtime {
         let Launch { builder, start } = self.prepare(pos);
         let (cpu, index) = (start.cpu, start.index);
         let packet = Arc::new(Packet::new());
-        let thread = match builder.spawn(move || start.run(f)) {
+        // The thread fills its own result slot, so a `join` never waits on whoever joins the OS thread (the
+        // runtime's drop joins them one after another: a thread joining another could otherwise deadlock it).
+        let slot = Arc::clone(&packet);
+        let body = move || slot.put(std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || start.run(f))));
+        let thread = match builder.spawn(body) {
             Ok(handle) => {
                 let thread = handle.thread().clone();
-                let entry = Entry { handle, packet: Arc::clone(&packet) };
-                self.shared.state.lock().threads.insert(index, Box::new(entry));
+                self.shared.state.lock().threads.insert(index, handle);
                 Some(thread)
             }
             Err(e) => {
@@ -399,13 +402,13 @@ impl Runtime {
     /// Joins the threads that have finished (their results go to their handles' slots), so a long-lived runtime
     /// whose handles are dropped unjoined keeps no finished thread around.
     fn reap_finished(&self) {
-        let done: Vec<Box<dyn Reap>> = {
+        let done: Vec<thread::JoinHandle<()>> = {
             let mut state = self.shared.state.lock();
-            let ids: Vec<usize> = state.threads.iter().filter(|(_, e)| e.finished()).map(|(&i, _)| i).collect();
+            let ids: Vec<usize> = state.threads.iter().filter(|(_, h)| h.is_finished()).map(|(&i, _)| i).collect();
             ids.iter().filter_map(|i| state.threads.remove(i)).collect()
         };
-        for entry in done {
-            entry.reap();
+        for handle in done {
+            reap(handle);
         }
     }
 }
@@ -415,13 +418,14 @@ impl Drop for Runtime {
     /// of them.
     fn drop(&mut self) {
         let me = thread::current().id();
-        let entries: Vec<Box<dyn Reap>> = {
+        let handles: Vec<thread::JoinHandle<()>> = {
             let mut state = self.shared.state.lock();
-            let ids: Vec<usize> = state.threads.iter().filter(|(_, e)| e.thread_id() != me).map(|(&i, _)| i).collect();
+            let ids: Vec<usize> =
+                state.threads.iter().filter(|(_, h)| h.thread().id() != me).map(|(&i, _)| i).collect();
             ids.iter().filter_map(|i| state.threads.remove(i)).collect()
         };
-        for entry in entries {
-            entry.reap();
+        for handle in handles {
+            reap(handle);
         }
     }
 }
@@ -450,7 +454,7 @@ struct State {
     /// The next thread's index.
     next: usize,
     /// Unscoped threads nobody has joined yet, by index.
-    threads: BTreeMap<usize, Box<dyn Reap>>,
+    threads: BTreeMap<usize, thread::JoinHandle<()>>,
 }
 
 impl Shared {
@@ -695,20 +699,23 @@ impl<T> JoinHandle<T> {
     /// assert_eq!(rt.group().stats().cids_in_use, 0); // and its CID given back
     /// # Ok::<(), mmcid::Error>(())
     /// ```
+    ///
+    /// When this call joins the OS thread itself (the usual case), it returns after the thread has exited,
+    /// thread-local destructors included. If the runtime's drop or a later spawn is joining it at the same time,
+    /// it returns as soon as the closure's result is in, possibly while those destructors still run.
     pub fn join(self) -> thread::Result<T> {
-        let entry = self.shared.state.lock().threads.remove(&self.index);
-        if let Some(entry) = entry {
-            entry.reap();
+        let handle = self.shared.state.lock().threads.remove(&self.index);
+        if let Some(handle) = handle {
+            reap(handle);
         }
-        // Either we just joined it, or whoever removed the entry (a reaping spawn, the runtime's drop) is joining
-        // it and fills the slot when done.
+        // The thread put its result in the slot before exiting (it never waits on the reaper).
         self.packet.take()
     }
 
     /// Whether the thread has finished (a following `join` does not block for long).
     pub fn is_finished(&self) -> bool {
         match self.shared.state.lock().threads.get(&self.index) {
-            Some(entry) => entry.finished(),
+            Some(handle) => handle.is_finished(),
             None => self.packet.is_full(),
         }
     }
@@ -805,32 +812,11 @@ impl<T> Packet<T> {
     }
 }
 
-/// A spawned, not yet joined thread, with its result type erased.
-trait Reap: Send {
-    fn finished(&self) -> bool;
-    fn thread_id(&self) -> ThreadId;
-    /// Joins the OS thread and stores its result in the slot.
-    fn reap(self: Box<Self>);
-}
-
-struct Entry<T> {
-    handle: thread::JoinHandle<T>,
-    packet: Arc<Packet<T>>,
-}
-
-impl<T: Send> Reap for Entry<T> {
-    fn finished(&self) -> bool {
-        self.handle.is_finished()
-    }
-
-    fn thread_id(&self) -> ThreadId {
-        self.handle.thread().id()
-    }
-
-    fn reap(self: Box<Self>) {
-        let Entry { handle, packet } = *self;
-        packet.put(handle.join());
-    }
+/// Joins a finished (or finishing) runtime thread. Its result is already in its slot: the thread body catches
+/// the closure's panic and stores the outcome itself, so the OS-level result carries nothing (a panic in a
+/// thread-local destructor after that is not reported).
+fn reap(handle: thread::JoinHandle<()>) {
+    let _ = handle.join();
 }
 
 /// The calling thread's view of itself (the rseq area idea): its core and, while it holds a guard, its CID.

@@ -4,6 +4,8 @@
 use mmcid::{current, CidKind, CpuSet, Error, Group, Mode, Runtime};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::thread;
+use std::time::Duration;
 
 fn sched_getcpu() -> usize {
     // SAFETY: sched_getcpu has no preconditions.
@@ -503,4 +505,28 @@ fn a_runtime_dropped_by_its_own_thread_joins_the_others() {
     assert!(last.join().unwrap(), "the other thread was joined by the drop");
     other.join().unwrap();
     assert_eq!(group.users(), 0);
+}
+
+/// A runtime thread joining another while the runtime is dropped (review, session 3): the drop joined the
+/// threads one after another and used to fill each result only after joining it, so B, joining C, waited for a
+/// result that only the blocked drop would fill. Runs the scenario on a helper thread and fails after 20 s.
+#[test]
+fn drop_while_a_runtime_thread_joins_another() {
+    let (done_tx, done_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let rt = Runtime::new().unwrap();
+        let (tx, rx) = mpsc::channel::<mmcid::JoinHandle<u32>>();
+        let b = rt.spawn(move |_| {
+            let c = rx.recv().unwrap();
+            thread::sleep(Duration::from_millis(200)); // the runtime's drop has started by now
+            c.join().unwrap()
+        });
+        let c = rt.spawn(|_| 7);
+        tx.send(c).unwrap();
+        drop(b);
+        thread::sleep(Duration::from_millis(50));
+        drop(rt);
+        done_tx.send(()).unwrap();
+    });
+    assert!(done_rx.recv_timeout(Duration::from_secs(20)).is_ok(), "dropping the runtime deadlocked");
 }
