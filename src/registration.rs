@@ -640,7 +640,7 @@ impl<'a> CidGuard<'a> {
     #[inline(always)]
     pub(crate) fn borrowed(reg: &'a mut Registration, entered: Entered) -> CidGuard<'a> {
         let reg = NonNull::from(reg);
-        let view_before = crate::view::enter(reg.as_ptr() as usize, entered.cid());
+        let view_before = crate::view::enter(entered.cid());
         CidGuard { reg, entered, view_before, _marker: PhantomData }
     }
 
@@ -648,7 +648,7 @@ impl<'a> CidGuard<'a> {
     #[cfg(not(loom))]
     #[inline(always)]
     pub(crate) fn pooled(reg: NonNull<Registration>, entered: Entered) -> CidGuard<'static> {
-        let view_before = crate::view::enter(reg.as_ptr() as usize, entered.cid());
+        let view_before = crate::view::enter(entered.cid());
         CidGuard { reg, entered: entered.into_pooled(), view_before, _marker: PhantomData }
     }
 
@@ -691,7 +691,7 @@ pub enum CidKind {
 impl Drop for CidGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        crate::view::exit(self.reg.as_ptr() as usize, self.view_before);
+        crate::view::exit(self.entered.cid(), self.view_before);
         // Copies: the rest of the drop works from registers, not from the guard.
         let (reg, entered) = (self.reg, self.entered);
         if entered.is_plain_task() {

@@ -9,44 +9,63 @@ mod imp {
     use super::NONE;
     use std::cell::Cell;
 
+    /// `STATE`: bits 0..32 the CID shown (of the innermost live guard, or `NONE`), bits 32..63 the thread's live
+    /// guards (at most one per registration, so far below 2^31), bit 63 "a guard was dropped while a later one was
+    /// live": from then on a dropped guard shows `NONE` instead of putting back what it replaced, until the
+    /// thread's last live guard drops.
+    const ONE_LIVE: u64 = 1 << 32;
+    const LIVE_BITS: u64 = ((1 << 31) - 1) << 32;
+    const OUT_OF_ORDER: u64 = 1 << 63;
+    const CLEAN_NONE: u64 = NONE as u64;
+
     thread_local! {
-        /// What the view shows: the CID of the innermost live guard (or `NONE`), and which guard set it: its
-        /// registration's address, unique among the thread's live guards (each live guard has its own
-        /// registration); 0 with `NONE`.
-        static SHOWN: Cell<Before> = const { Cell::new(Before { token: 0, cid: NONE }) };
+        static STATE: Cell<u64> = const { Cell::new(CLEAN_NONE) };
         static CPU: Cell<usize> = const { Cell::new(usize::MAX) };
     }
 
-    /// What the view showed before a guard: handed back to `exit`.
-    #[derive(Clone, Copy)]
-    pub(crate) struct Before {
-        token: usize,
-        cid: u32,
+    /// What the view was before a guard: handed back to `exit`.
+    pub(crate) type Before = u64;
+
+    /// A guard with CID `cid` was taken: count it and show its CID. Returns the state it replaced.
+    #[inline(always)]
+    pub(crate) fn enter(cid: u32) -> Before {
+        STATE
+            .try_with(|c| {
+                let s = c.get();
+                c.set(((s & (OUT_OF_ORDER | LIVE_BITS)) + ONE_LIVE) | u64::from(cid));
+                s
+            })
+            .unwrap_or(CLEAN_NONE)
     }
 
-    /// A guard of registration `token` with CID `cid` was taken: show it. Returns what it replaced.
+    /// The guard with CID `cid` that `enter` answered with `before` was dropped. If the view is exactly as this
+    /// guard set it and clean, the guard is the innermost live one (every later guard was dropped and put back
+    /// what it replaced): put back `before`. Otherwise a later guard is still live, or a drop was out of order
+    /// since: `exit_other`.
     #[inline(always)]
-    pub(crate) fn enter(token: usize, cid: u32) -> Before {
-        SHOWN.try_with(|s| s.replace(Before { token, cid })).unwrap_or(Before { token: 0, cid: NONE })
-    }
-
-    /// The guard of registration `token` was dropped. If the view still shows it (it was the innermost live
-    /// guard), show what it replaced. Otherwise a guard entered after it is still live (dropped out of order):
-    /// show `NONE`, which also keeps every later drop from putting back a CID of a dropped guard (a guard puts
-    /// back its predecessor only while the view shows the guard itself, and once `NONE` replaced a token no
-    /// drop shows it again), until the thread's next guard.
-    #[inline(always)]
-    pub(crate) fn exit(token: usize, before: Before) {
-        let _ = SHOWN.try_with(|s| {
-            let innermost = s.get().token == token;
-            s.set(if innermost { before } else { Before { token: 0, cid: NONE } });
+    pub(crate) fn exit(cid: u32, before: Before) {
+        let _ = STATE.try_with(|c| {
+            let s = c.get();
+            if s == ((before & LIVE_BITS) + ONE_LIVE) | u64::from(cid) {
+                c.set(before);
+            } else {
+                exit_other(c, s);
+            }
         });
+    }
+
+    /// A drop out of order, or any drop after one: count down and show `NONE` (never a CID the thread may no
+    /// longer hold; the next guard shows its own) until the thread's last live guard drops.
+    #[cold]
+    fn exit_other(c: &Cell<u64>, s: u64) {
+        let live = ((s & LIVE_BITS) >> 32).saturating_sub(1);
+        c.set(if live == 0 { CLEAN_NONE } else { OUT_OF_ORDER | live << 32 | CLEAN_NONE });
     }
 
     /// The CID of the innermost live guard of the calling thread (`None` after an out-of-order drop, until the
     /// thread's next guard).
     pub(crate) fn cid() -> Option<u32> {
-        SHOWN.try_with(|s| s.get().cid).ok().filter(|&c| c != NONE)
+        STATE.try_with(|s| s.get() as u32).ok().filter(|&c| c != NONE)
     }
 
     /// The core the calling thread was pinned to by the runtime.
@@ -63,12 +82,9 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     use super::NONE;
-    #[derive(Clone, Copy)]
-    pub(crate) struct Before;
-    pub(crate) fn enter(_token: usize, _cid: u32) -> Before {
-        Before
-    }
-    pub(crate) fn exit(_token: usize, _before: Before) {}
+    pub(crate) type Before = ();
+    pub(crate) fn enter(_cid: u32) -> Before {}
+    pub(crate) fn exit(_cid: u32, _before: Before) {}
 }
 
 pub(crate) use imp::*;
