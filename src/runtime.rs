@@ -841,8 +841,8 @@ impl ThreadView {
     /// The CID of the innermost guard the thread holds (of any group, entered any way); `None` outside guards.
     ///
     /// Guards are normally dropped in the reverse order of entering. If the thread drops a guard while one it
-    /// entered later is still live, this is `None` until the thread enters its next guard: it never shows a CID
-    /// the thread no longer holds.
+    /// entered later is still live, this is `None` from then on, except for guards entered later while each is the
+    /// innermost, until the thread's last guard drops: it never shows a CID the thread no longer holds.
     #[inline]
     pub fn cid(&self) -> Option<Cid> {
         self.cid

@@ -375,8 +375,8 @@ fn current_agrees_with_the_guard() {
     .unwrap();
 }
 
-/// Guards dropped out of order (review, session 3): the view never shows a CID the thread no longer holds; it
-/// shows `None` from an out-of-order drop until the thread enters its next guard.
+/// Guards dropped out of order (review, session 3): the view never shows a CID the thread no longer holds; after
+/// an out-of-order drop it shows only guards entered since, while each is the innermost, until the last drops.
 #[test]
 fn current_after_out_of_order_drops() {
     let cid = || current().unwrap().cid().map(|c| c.get());
