@@ -212,17 +212,26 @@ impl Drop for Counted {
     }
 }
 
-#[test]
-fn drop_drops_every_allocated_shard_exactly_once() {
+/// A 3-core virtual group and a `PerCid` whose shards `make(index, drops)` builds; returns the counters of shards
+/// made and dropped.
+fn counting_per_cid<T>(
+    make: fn(usize, &Arc<AtomicUsize>) -> T,
+) -> (Group, PerCid<T>, Arc<AtomicUsize>, Arc<AtomicUsize>)
+where
+    T: Send + 'static,
+{
     let group = Group::builder().virtual_cpus(3).build().unwrap();
     let (made, drops) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let per_cid = PerCid::with(&group, {
         let (made, drops) = (made.clone(), drops.clone());
-        move || {
-            made.fetch_add(1, Relaxed);
-            Counted { drops: drops.clone() }
-        }
+        move || make(made.fetch_add(1, Relaxed), &drops)
     });
+    (group, per_cid, made, drops)
+}
+
+#[test]
+fn drop_drops_every_allocated_shard_exactly_once() {
+    let (group, per_cid, made, drops) = counting_per_cid(|_, drops| Counted { drops: drops.clone() });
     // Six nested guards: six distinct CIDs (I1), past max_cids (per-CPU mode, temporary CIDs).
     let mut regs: Vec<Registration> = (0..6).map(|_| group.register()).collect();
     let mut guards: Vec<CidGuard<'_>> = regs.iter_mut().map(|r| r.enter()).collect();
@@ -277,13 +286,9 @@ impl Drop for PanicsOnDrop {
 
 #[test]
 fn a_panicking_shard_drop_drops_the_others() {
-    let group = Group::builder().virtual_cpus(3).build().unwrap();
-    let (made, drops) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let per_cid = PerCid::with(&group, {
-        let (made, drops) = (made.clone(), drops.clone());
-        // The first shard made panics when dropped; Drop visits shards in CID order, so this one comes first.
-        move || PanicsOnDrop { id: made.fetch_add(1, Relaxed), panic_id: 0, drops: drops.clone() }
-    });
+    // The first shard made panics when dropped.
+    let (group, per_cid, _, drops) =
+        counting_per_cid(|id, drops| PanicsOnDrop { id, panic_id: 0, drops: drops.clone() });
     let mut regs: Vec<Registration> = (0..3).map(|_| group.register()).collect();
     let mut guards: Vec<CidGuard<'_>> = regs.iter_mut().map(|r| r.enter()).collect();
     for g in guards.iter_mut() {
