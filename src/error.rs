@@ -59,6 +59,8 @@ pub enum Error {
         /// What the OS said.
         reason: String,
     },
+    /// A runtime thread called `join` on its own handle (it would wait for itself forever).
+    JoinSelf,
 }
 
 impl fmt::Display for Error {
@@ -82,6 +84,7 @@ impl fmt::Display for Error {
             }
             Error::Os { what, errno } => write!(f, "{what} failed with OS error {errno}"),
             Error::Spawn { reason } => write!(f, "could not spawn a thread: {reason}"),
+            Error::JoinSelf => write!(f, "a runtime thread cannot join itself"),
         }
     }
 }

@@ -11,8 +11,9 @@
 //! The layer's registrations hold group handles that do not count as the user's (`Group::register_uncounted`):
 //! once user code has dropped every handle of a group, its idle registrations here are dropped when the thread
 //! next takes a registration on the slow path (the first enter of another group than the parked one, a nested
-//! enter) or evicts it from the slot, instead of living until thread exit, so threads that create and drop groups
-//! or `ShardedCounter`s keep at most one dead registration.
+//! enter) or evicts it from the slot, instead of living until thread exit. So a thread that creates and drops
+//! groups or `ShardedCounter`s one after another keeps at most one dead registration; registrations of groups
+//! abandoned since the thread's last slow-path call stay until its next one (or its exit).
 //!
 //! Limit: a thread whose first `Group::enter` runs inside a `pthread_key_create` destructor (after Rust's
 //! thread-local destructors) can no longer register the thread-exit hook, so its registration is never dropped.

@@ -7,10 +7,10 @@
 //! in the thread's view. Its epilogue, run on return and on unwinding alike, drops the registration (I7) and
 //! clears the view.
 //!
-//! Joining: each unscoped thread's `std` handle stays with the runtime; the user's [`JoinHandle`] shares a result
-//! slot with it. Whoever joins first (the user's [`JoinHandle::join`], a later spawn reaping finished threads, or
-//! the runtime's `Drop`) joins the OS thread and stores its result in the slot, so a result is never lost and no
-//! thread outlives the runtime.
+//! Joining: each unscoped thread stores its closure's result (or panic payload) in a slot it shares with the
+//! user's [`JoinHandle`] before it exits, so a `join` never waits on anyone but that thread. The thread's `std`
+//! handle stays with the runtime; whoever takes it first (the user's [`JoinHandle::join`], a later spawn reaping
+//! finished threads, or the runtime's `Drop`) joins the OS thread, so no thread outlives the runtime.
 
 use crate::{sys, view, Cid, CidGuard, CpuSet, Error, Group, Registration};
 use parking_lot::{Condvar, Mutex};
@@ -704,6 +704,10 @@ impl<T> JoinHandle<T> {
     /// thread-local destructors included. If the runtime's drop or a later spawn is joining it at the same time,
     /// it returns as soon as the closure's result is in, possibly while those destructors still run.
     pub fn join(self) -> thread::Result<T> {
+        if self.thread.as_ref().is_some_and(|t| t.id() == thread::current().id()) {
+            // Joining oneself would wait forever (or make std panic): refuse, and leave the thread to the runtime.
+            return Err(Box::new(Error::JoinSelf));
+        }
         let handle = self.shared.state.lock().threads.remove(&self.index);
         if let Some(handle) = handle {
             reap(handle);
@@ -842,7 +846,10 @@ impl ThreadView {
     ///
     /// Guards are normally dropped in the reverse order of entering. If the thread drops a guard while one it
     /// entered later is still live, this is `None` from then on, except for guards entered later while each is the
-    /// innermost, until the thread's last guard drops: it never shows a CID the thread no longer holds.
+    /// innermost, until the thread's last guard drops: it never shows a CID the thread no longer holds. A guard
+    /// passed to `mem::forget` is never dropped, so for the rest of the thread the view counts it as live: it
+    /// shows the forgotten guard's CID whenever no later guard is live (also after its registration is dropped and
+    /// the CID goes back to the pool), and after an out-of-order drop it stays `None` outside later guards.
     #[inline]
     pub fn cid(&self) -> Option<Cid> {
         self.cid

@@ -530,3 +530,25 @@ fn drop_while_a_runtime_thread_joins_another() {
     });
     assert!(done_rx.recv_timeout(Duration::from_secs(20)).is_ok(), "dropping the runtime deadlocked");
 }
+
+/// A runtime thread joining its own handle gets a typed error instead of a hang or std's panic (review, session
+/// 3), and the runtime still joins it when dropped.
+#[test]
+fn joining_oneself_is_a_typed_error() {
+    let (done_tx, done_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let rt = Runtime::new().unwrap();
+        let (tx, rx) = mpsc::channel::<mmcid::JoinHandle<()>>();
+        let (err_tx, err_rx) = mpsc::channel();
+        let me = rt.spawn(move |_| {
+            let own = rx.recv().unwrap();
+            let err = own.join().unwrap_err();
+            err_tx.send(err.downcast_ref::<Error>().cloned()).unwrap();
+        });
+        tx.send(me).unwrap();
+        assert_eq!(err_rx.recv().unwrap(), Some(Error::JoinSelf));
+        drop(rt);
+        done_tx.send(()).unwrap();
+    });
+    assert!(done_rx.recv_timeout(Duration::from_secs(20)).is_ok(), "joining oneself hung");
+}
