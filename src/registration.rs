@@ -288,7 +288,10 @@ impl Registration {
             // From the core's bitmap lane (§2.5).
             let g = &*self.group.inner;
             let n = g.bitmap.get_near(cpu, g.temp_bound());
-            self.rec.counters.bump(Ev::TemporaryNear); // counts as a temporary, an allocation and a bitmap set
+            let c = &self.rec.counters;
+            c.bump(Ev::Temporary);
+            c.bump(Ev::Alloc);
+            c.bump(Ev::BitmapSet);
             return Entered::new(Held::Temp(n));
         }
         self.enter_slow(false)
@@ -639,9 +642,8 @@ impl std::fmt::Debug for CidGuard<'_> {
 impl<'a> CidGuard<'a> {
     #[inline(always)]
     pub(crate) fn borrowed(reg: &'a mut Registration, entered: Entered) -> CidGuard<'a> {
-        let reg = NonNull::from(reg);
         let view_before = crate::view::enter(entered.cid());
-        CidGuard { reg, entered, view_before, _marker: PhantomData }
+        CidGuard { reg: NonNull::from(reg), entered, view_before, _marker: PhantomData }
     }
 
     /// A guard that owns `reg` (a `Box::into_raw` pointer from the thread-local layer) and gives it back on drop.

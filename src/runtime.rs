@@ -402,12 +402,18 @@ impl Runtime {
     /// Joins the threads that have finished (their results go to their handles' slots), so a long-lived runtime
     /// whose handles are dropped unjoined keeps no finished thread around.
     fn reap_finished(&self) {
-        let done: Vec<thread::JoinHandle<()>> = {
+        self.reap_where(|h| h.is_finished());
+    }
+
+    /// Takes the not-yet-joined threads that `pick` selects out of the registry (under the lock) and joins them
+    /// (outside it).
+    fn reap_where(&self, pick: impl Fn(&thread::JoinHandle<()>) -> bool) {
+        let picked: Vec<thread::JoinHandle<()>> = {
             let mut state = self.shared.state.lock();
-            let ids: Vec<usize> = state.threads.iter().filter(|(_, h)| h.is_finished()).map(|(&i, _)| i).collect();
+            let ids: Vec<usize> = state.threads.iter().filter(|(_, h)| pick(h)).map(|(&i, _)| i).collect();
             ids.iter().filter_map(|i| state.threads.remove(i)).collect()
         };
-        for handle in done {
+        for handle in picked {
             reap(handle);
         }
     }
@@ -418,15 +424,7 @@ impl Drop for Runtime {
     /// of them.
     fn drop(&mut self) {
         let me = thread::current().id();
-        let handles: Vec<thread::JoinHandle<()>> = {
-            let mut state = self.shared.state.lock();
-            let ids: Vec<usize> =
-                state.threads.iter().filter(|(_, h)| h.thread().id() != me).map(|(&i, _)| i).collect();
-            ids.iter().filter_map(|i| state.threads.remove(i)).collect()
-        };
-        for handle in handles {
-            reap(handle);
-        }
+        self.reap_where(|h| h.thread().id() != me);
     }
 }
 
