@@ -122,10 +122,11 @@ fn main() -> Result<(), mmcid::Error> {
     };
     let s = group.stats();
     println!(
-        "mode={mode} iterations={n} group_mode={:?} membarrier={} task_fast={} cpu_fast={} temporary={} alloc={} \
-         acc={acc}",
+        "mode={mode} iterations={n} group_mode={:?} membarrier={} rseq={} task_fast={} cpu_fast={} temporary={} \
+         alloc={} acc={acc}",
         group.mode(),
         group.uses_membarrier(),
+        group.uses_rseq(),
         s.enter_task_fast,
         s.enter_cpu_fast,
         s.enter_temporary,

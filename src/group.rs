@@ -65,6 +65,8 @@ pub(crate) struct Hot {
     pub(crate) fast_task: u32,
     /// The same for per-CPU exits: `PER_CPU` with membarrier, else `NOT_A_MODE`.
     pub(crate) fast_cpu: u32,
+    /// Whether slots are borrowed with an rseq critical section instead of a CAS (design.md §4.1.1).
+    pub(crate) rseq: bool,
 }
 
 /// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
@@ -84,6 +86,11 @@ pub(crate) struct Inner {
     /// rests on it, and the thread-local layer that reads it is not compiled there.
     handles: std::sync::atomic::AtomicUsize,
     life: Mutex<Life>,
+    /// Serialises `idle → EMPTY` claims in rseq groups (design.md §4.1.1); never held across user code.
+    claim: Mutex<()>,
+    /// Loom's model of the restartable sequence: one lock per core, held across the sequence (design.md §4.1.1).
+    #[cfg(loom)]
+    cs: Box<[loom::sync::Mutex<()>]>,
     #[cfg(loom)]
     pub(crate) mutant: Mutant,
 }
@@ -126,6 +133,8 @@ pub struct GroupBuilder {
     /// A bad `cpus_virtual` argument, reported by `build`.
     invalid: Option<Error>,
     asymmetric: bool,
+    /// `restartable_sequences`: `None` = where available (never under loom).
+    rseq: Option<bool>,
     #[cfg(loom)]
     mutant: Mutant,
 }
@@ -153,6 +162,7 @@ impl Group {
             virtual_cpus: None,
             invalid: None,
             asymmetric: true,
+            rseq: None,
             #[cfg(loom)]
             mutant: Mutant::None,
         }
@@ -257,6 +267,13 @@ impl Group {
     /// Whether light barriers are compiler fences paired with `membarrier` (design.md §5.1).
     pub fn uses_membarrier(&self) -> bool {
         self.inner.hot.asym
+    }
+
+    /// Whether per-CPU borrows are restartable sequences instead of CAS (design.md §4.1.1): set where the
+    /// kernel, glibc and the target allow it, for groups over the machine's real CPUs (see
+    /// [`GroupBuilder::restartable_sequences`]).
+    pub fn uses_rseq(&self) -> bool {
+        self.inner.hot.rseq
     }
 
     /// Path counters and CIDs in use.
@@ -400,6 +417,15 @@ impl GroupBuilder {
         self
     }
 
+    /// Borrow core CIDs with an rseq critical section instead of a CAS, so a per-CPU enter+exit needs no atomic
+    /// read-modify-write (design.md §4.1.1). Default: on wherever it can work (x86_64 Linux, glibc's rseq area
+    /// registered, `membarrier` with RSEQ support, asymmetric fences on, real rather than virtual cores);
+    /// `false` forces the CAS. [`Group::uses_rseq`] says what the group got.
+    pub fn restartable_sequences(mut self, on: bool) -> Self {
+        self.rseq = Some(on);
+        self
+    }
+
     /// Loom only: build the group with one mutant step (docs/loom.md).
     #[cfg(loom)]
     #[doc(hidden)]
@@ -448,6 +474,16 @@ impl GroupBuilder {
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
         sys::rseq::probe(); // here, not on the hot path: it takes the loader's lock
+                            // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
+        #[cfg(not(loom))]
+        let rseq = self.rseq != Some(false)
+            && asym
+            && self.virtual_cpus.is_none()
+            && sys::rseq::critical_sections()
+            && sys::rseq::cpu_id().is_some()
+            && sys::membarrier_rseq_available();
+        #[cfg(loom)]
+        let rseq = self.rseq == Some(true);
         #[allow(unused_mut)]
         let mut bitmap = Bitmap::new(cores);
         #[cfg(loom)]
@@ -462,6 +498,7 @@ impl GroupBuilder {
                     asym,
                     fast_task: if asym { PER_TASK } else { NOT_A_MODE },
                     fast_cpu: if asym { PER_CPU } else { NOT_A_MODE },
+                    rseq,
                 }),
                 slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
                 bitmap,
@@ -478,6 +515,9 @@ impl GroupBuilder {
                     thrs: 0,
                     counters: Counters::default(),
                 }),
+                claim: Mutex::new(()),
+                #[cfg(loom)]
+                cs: (0..cores).map(|_| loom::sync::Mutex::new(())).collect(),
                 #[cfg(loom)]
                 mutant: self.mutant,
             }),
@@ -557,13 +597,92 @@ impl Inner {
         }
     }
 
-    /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence.
+    /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence. In rseq groups
+    /// the RSEQ membarrier, which also aborts every restartable sequence in flight (design.md §4.1.1).
     fn heavy_barrier(&self) {
-        if self.hot.asym {
+        if self.hot.rseq && !self.mutant(MUTANT_PLAIN_FIXUP_BARRIER) {
+            self.rseq_barrier();
+        } else if self.hot.asym {
             sys::membarrier();
         } else {
             fence(Ordering::SeqCst);
         }
+    }
+
+    /// The RSEQ membarrier: once it returns, every borrow sequence has either committed (and its store is
+    /// visible to us) or will start after it (and see everything we stored before). Loom: a full fence, then
+    /// every core's sequence lock taken and released.
+    fn rseq_barrier(&self) {
+        #[cfg(not(loom))]
+        sys::membarrier_rseq();
+        #[cfg(loom)]
+        {
+            fence(Ordering::SeqCst);
+            for cs in self.cs.iter() {
+                drop(cs.lock().unwrap_or_else(|e| e.into_inner()));
+            }
+        }
+    }
+
+    /// The borrow `expect → expect | BUSY` of core `cpu`'s slot (design.md §4.1, §4.1.1), `expect` an idle word:
+    /// a CAS, or in rseq groups a restartable sequence that commits only while we run on `cpu` and the mode has
+    /// ONCPU. Either way the slot's load pairs with the previous borrower's X1 Release store (I8): the CAS's
+    /// Acquire, or an x86 load (acquire by TSO) inside the sequence.
+    #[inline(always)]
+    pub(crate) fn borrow_slot(&self, cpu: usize, expect: u32) -> bool {
+        let slot = &self.slots[cpu];
+        if self.hot.rseq {
+            self.rseq_store_if(cpu, expect, expect | BUSY)
+        } else {
+            slot.compare_exchange(expect, expect | BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        }
+    }
+
+    #[cfg(not(loom))]
+    #[inline(always)]
+    fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
+        sys::rseq::store_if(cpu as u32, &self.hot.mode, &self.slots[cpu], expect, new)
+    }
+
+    /// Loom's restartable sequence: nothing else of core `cpu` runs between the compares and the store, which is
+    /// what the kernel's abort guarantees; writers on other cores still interleave freely.
+    #[cfg(loom)]
+    fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
+        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &self.slots[cpu];
+        if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || slot.load(Ordering::Acquire) != expect {
+            return false;
+        }
+        slot.store(new, Ordering::Relaxed);
+        true
+    }
+
+    /// Takes idle word `s` (`ONCPU | c`) of core `cpu`'s slot, leaving it EMPTY: on success `c` is the caller's.
+    /// For every `idle → EMPTY` write outside a fixup walk. A CAS; in rseq groups a claim (design.md §4.1.1):
+    /// `s → s | CLAIM`, the RSEQ membarrier, `s | CLAIM → EMPTY`, under the claim lock, which `wait = false`
+    /// only tries (enter never waits, I6).
+    pub(crate) fn take_idle(&self, cpu: usize, s: u32, wait: bool) -> bool {
+        let slot = &self.slots[cpu];
+        // AcqRel: takes the CID with its last borrower's writes (pairs with X1's Release store).
+        if !self.hot.rseq {
+            return slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        }
+        let _claim = if wait {
+            self.claim.lock()
+        } else {
+            match self.claim.try_lock() {
+                Some(g) => g,
+                None => return false,
+            }
+        };
+        if slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        if !self.mutant(MUTANT_NO_CLAIM_BARRIER) {
+            self.rseq_barrier();
+        }
+        // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps `c`.
+        slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
     /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
@@ -717,6 +836,8 @@ mutant_ids! {
     MUTANT_FIXUP_TAKES_UNSET = FixupTakesUnset = 8;
     MUTANT_NO_ADOPT_RECHECK = NoAdoptRecheck = 9;
     MUTANT_CPU_PATH_KEEPS_WORD = CpuPathKeepsWord = 10;
+    MUTANT_NO_CLAIM_BARRIER = NoClaimBarrier = 11;
+    MUTANT_PLAIN_FIXUP_BARRIER = PlainFixupBarrier = 12;
 }
 
 #[cfg(all(test, not(loom)))]

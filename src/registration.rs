@@ -205,7 +205,10 @@ impl Registration {
 
     #[inline(always)]
     fn cpu_index(&self) -> usize {
-        match self.cpu {
+        // rseq groups borrow on the CPU the kernel says we run on: a sequence on another core's slot never commits.
+        // (Loom keeps the declared core: it is the modelled CPU.)
+        let declared = if cfg!(loom) || !self.group.inner.hot.rseq { self.cpu } else { None };
+        match declared {
             Some(c) => c,
             None => {
                 let (cpu, cores) = (sys::current_cpu(), self.group.inner.cores);
@@ -257,18 +260,17 @@ impl Registration {
         self.enter_other(m)
     }
 
-    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot. `Err((slot word, core))`: the slot
-    /// was not idle (or the CAS lost), for `enter_cpu_other` to decide.
+    /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot, or one restartable sequence
+    /// (design.md §4.1.1). `Err((slot word, core))`: the slot was not idle (or the borrow lost), for
+    /// `enter_cpu_other` to decide.
     #[inline(always)]
     fn enter_cpu_fast(&mut self) -> Result<Entered, (u32, usize)> {
         let g = &*self.group.inner;
         let cpu = self.cpu_index();
-        let slot = &g.slots[cpu];
-        // Relaxed: only a hint, validated by the CAS.
-        let s = slot.load(Relaxed);
+        // Relaxed: only a hint, validated by the borrow.
+        let s = g.slots[cpu].load(Relaxed);
         if let Some(c) = slot::idle_cid(s) {
-            // Acquire: pairs with the previous borrower's X1 Release store (I8).
-            if (c as usize) < g.max_cids() && slot.compare_exchange(s, s | BUSY, Acquire, Relaxed).is_ok() {
+            if (c as usize) < g.max_cids() && g.borrow_slot(cpu, s) {
                 self.rec.counters.bump(Ev::CpuFast);
                 return Ok(Entered::new(Held::Core { cpu: cpu as u32, cid: c }));
             }
@@ -385,8 +387,7 @@ impl Registration {
         for _ in 0..SLOT_TRIES {
             let s = slot.load(Acquire);
             if let Some(owned) = slot::idle_cid(s) {
-                // Acquire: pairs with the previous borrower's X1 (I8).
-                if slot.compare_exchange(s, s | BUSY, Acquire, Acquire).is_ok() {
+                if g.borrow_slot(cpu, s) {
                     if let Some(x) = spare.take() {
                         g.bitmap.clear(x); // the core already owns one: ours is surplus
                         c.bump(Ev::BitmapClear);
@@ -439,8 +440,8 @@ impl Registration {
             }
             let s = other.load(Relaxed);
             if let Some(low) = slot::idle_cid(s).filter(|&l| (l as usize) < max) {
-                // AcqRel: takes the CID with its last borrower's writes.
-                if other.compare_exchange(s, EMPTY, AcqRel, Relaxed).is_ok() {
+                // Only tries the claim lock of rseq groups: enter never waits (I6).
+                if g.take_idle(i, s, false) {
                     slot.store(slot::busy(low), Relaxed);
                     g.bitmap.clear(cid);
                     c.bump(Ev::BitmapClear);
@@ -536,14 +537,14 @@ impl Registration {
             return; // the fixup saw us idle and took it
         }
         if m == PER_CPU && (w as usize) < g.max_cids() {
-            let slot = &g.slots[self.cpu_index()];
-            if slot.compare_exchange(EMPTY, slot::owned(w), AcqRel, Acquire).is_ok() {
+            let cpu = self.cpu_index();
+            if g.slots[cpu].compare_exchange(EMPTY, slot::owned(w), AcqRel, Acquire).is_ok() {
                 if self.adopted_for(ONCPU) {
                     c.bump(Ev::Adopt);
                     return;
                 }
                 // A CPU → task switch may have swept past this slot before our store: take it back.
-                if slot.compare_exchange(slot::owned(w), EMPTY, AcqRel, Acquire).is_err() {
+                if !g.take_idle(cpu, slot::owned(w), true) {
                     return; // someone else took it: theirs now
                 }
             }
@@ -559,7 +560,7 @@ impl Registration {
     fn exit_slow_core(&mut self, cpu: usize, cid: u32, m: u32) {
         let g = &*self.group.inner;
         let c = &self.rec.counters;
-        if g.slots[cpu].compare_exchange(slot::owned(cid), EMPTY, AcqRel, Acquire).is_err() {
+        if !g.take_idle(cpu, slot::owned(cid), true) {
             return; // a fixup or another borrower moved it on
         }
         if m == PER_TASK

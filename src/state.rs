@@ -21,19 +21,27 @@ pub(crate) const UNSET: u32 = 1 << 31;
 pub(crate) const EMPTY: u32 = 0;
 /// Slot word bit: the core's CID is borrowed by a thread inside a guard.
 pub(crate) const BUSY: u32 = 1 << 29;
+/// Slot word bit: an `idle → EMPTY` take is claiming the core's CID (rseq groups only, design.md §4.1.1).
+pub(crate) const CLAIM: u32 = 1 << 31;
 /// Slot and CID value mask.
 pub(crate) const VALUE: u32 = (1 << 29) - 1;
 
 // The flag bits never overlap a CID value, and UNSET compares above any CID.
-const _: () = assert!(UNSET > VALUE && UNSET & VALUE == 0 && BUSY & VALUE == 0 && ONCPU & VALUE == 0);
+const _: () = assert!(
+    UNSET > VALUE
+        && UNSET & VALUE == 0
+        && BUSY & VALUE == 0
+        && ONCPU & VALUE == 0
+        && CLAIM & (VALUE | ONCPU | BUSY) == 0
+);
 
 /// Slot word predicates.
 pub(crate) mod slot {
     use super::*;
 
-    /// The core owns a CID that nobody is using: `ONCPU | c`.
+    /// The core owns a CID that nobody is using or claiming: `ONCPU | c`.
     pub(crate) fn idle_cid(word: u32) -> Option<u32> {
-        (word & (ONCPU | BUSY) == ONCPU).then_some(word & VALUE)
+        (word & (ONCPU | BUSY | CLAIM) == ONCPU).then_some(word & VALUE)
     }
 
     /// `ONCPU | c`
@@ -101,6 +109,10 @@ pub enum Mutant {
     /// The per-CPU fast path borrows the core's CID without checking that the registration owns none (a word
     /// the task → CPU walk skipped because `running` was already set stays owned in per-CPU mode).
     CpuPathKeepsWord,
+    /// rseq groups: an `idle → EMPTY` claim without the RSEQ membarrier between its two CASes (design.md §4.1.1).
+    NoClaimBarrier,
+    /// rseq groups: F2 is a full barrier that does not abort restartable sequences in flight.
+    PlainFixupBarrier,
 }
 
 #[cfg(all(test, not(loom)))]
@@ -115,6 +127,7 @@ mod tests {
         assert_eq!(slot::idle_cid(slot::owned(5)), Some(5));
         assert_eq!(slot::idle_cid(slot::busy(5)), None);
         assert_eq!(slot::idle_cid(EMPTY), None);
+        assert_eq!(slot::idle_cid(slot::owned(5) | CLAIM), None);
         assert_eq!(slot::busy(VALUE) & VALUE, VALUE);
     }
 }
