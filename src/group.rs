@@ -646,6 +646,12 @@ impl Inner {
 
     /// Loom's restartable sequence: nothing else of core `cpu` runs between the compares and the store, which is
     /// what the kernel's abort guarantees; writers on other cores still interleave freely.
+    ///
+    /// The commit is a `swap` whose result is ignored, i.e. the same unconditional store. Loom 0.7 orders a plain
+    /// store only partially against RMWs it has not seen, and then lets a later CAS read a value that a store
+    /// happening-before that CAS already overwrote: a coherence violation C11 forbids, which made model 11 report
+    /// false duplicates (reproduced with seven lines of loom, no mmcid: plain store → false report, swap → none;
+    /// docs/loom.md). As an RMW the store is placed after everything it raced in modification order.
     #[cfg(loom)]
     fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
         let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
@@ -653,7 +659,7 @@ impl Inner {
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || slot.load(Ordering::Acquire) != expect {
             return false;
         }
-        slot.store(new, Ordering::Relaxed);
+        slot.swap(new, Ordering::Relaxed);
         true
     }
 

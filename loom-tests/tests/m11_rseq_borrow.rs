@@ -1,0 +1,125 @@
+//! Model 11: borrows as restartable sequences (design.md §4.1.1) against the writers of idle slots on other cores:
+//! the CPU → task sweep (F2 is the RSEQ membarrier) and the claim of an exit that lost a switch
+//! (`exit_slow_core`: CLAIM, RSEQ membarrier, CAS).
+//!
+//! The group models the sequence with one lock per core held across it, and the RSEQ membarrier as a SeqCst fence
+//! followed by taking and releasing every core's lock: once the barrier returns, each sequence either committed
+//! before it or starts after it, which is what the kernel's abort guarantees. Writers on other cores interleave
+//! with the sequence freely, as on the hardware. (The model's commit is a `swap`: see `Inner::rseq_store_if` and
+//! docs/loom.md for the loom coherence gap a plain store runs into.)
+#![cfg(loom)]
+
+use loom::thread;
+use mmcid::{Group, Mode, Mutant};
+use mmcid_loom_tests::{finish, model, Cids, Reg};
+
+/// Two of four virtual cores allowed, as in model 4: the third registration switches to per-CPU mode, and the
+/// drop back to one user switches to per-task mode (thrs 2).
+fn small(mutant: Mutant) -> Group {
+    Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).restartable_sequences(true).mutant(mutant).build().unwrap()
+}
+
+/// Model 4's first scenario with sequence borrows: T1 borrows core 0's idle CID while the main thread's drop
+/// switches the group back to per-task mode and sweeps the slots, then registers again (born with the lowest free
+/// CID) and enters.
+fn sequence_vs_sweep(name: &'static str, mutant: Mutant) {
+    model(name, move || {
+        let group = small(mutant);
+        let cids = Cids::new(3 + 4);
+        let mut r1 = Reg::new(&group, 0);
+        let r2 = Reg::new(&group, 0);
+        let r3 = Reg::new(&group, 0);
+        assert_eq!(group.mode(), Mode::PerCpu);
+        cids.visit(&mut r1); // core 0 owns a CID, idle
+        drop(r3);
+
+        let t1 = {
+            let cids = cids.clone();
+            thread::spawn(move || {
+                cids.visit(&mut r1);
+                r1
+            })
+        };
+
+        drop(r2); // CPU → task: F1, F2, sweep
+        let mut r4 = Reg::new(&group, 0);
+        cids.visit(&mut r4);
+
+        let r1 = t1.join().unwrap();
+        assert_eq!(group.mode(), Mode::PerTask);
+        finish(&group, &cids, vec![r1, r4]);
+    });
+}
+
+#[test]
+fn sequence_vs_cpu_to_task_sweep() {
+    sequence_vs_sweep("sequence_vs_cpu_to_task_sweep", Mutant::None);
+}
+
+/// F2 a full fence that does not abort sequences in flight: T1's sequence reads the old mode and the idle slot,
+/// the sweep takes the CID and frees it, T1 commits over the EMPTY slot, and the new registration is born with
+/// the CID T1 is using.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn sequence_vs_cpu_to_task_sweep_mutant_plain_barrier() {
+    sequence_vs_sweep("sequence_vs_cpu_to_task_sweep_mutant_plain_barrier", Mutant::PlainFixupBarrier);
+}
+
+/// T1 holds core 0's CID when the main thread's drop switches the group to per-task mode, so T1's exit claims the
+/// idle slot back (`exit_slow_core`); meanwhile T2, on core 0 too, enters: its sequence may have read the old
+/// mode and T1's idle word before the claim. Six virtual cores of which four are allowed: six users switch to
+/// per-CPU mode (max_cids 5), thrs 3, so the drop from three users to two switches back with T1 and T2 still
+/// registered.
+fn claim_vs_sequence(name: &'static str, mutant: Mutant) {
+    model(name, move || {
+        let group = Group::builder()
+            .virtual_cpus(6)
+            .cpus_virtual(0..4)
+            .restartable_sequences(true)
+            .mutant(mutant)
+            .build()
+            .unwrap();
+        let cids = Cids::new(6 + 6);
+        let mut r1 = Reg::new(&group, 0);
+        let r2 = Reg::new(&group, 0);
+        let mut extra: Vec<_> = (0..4).map(|_| Reg::new(&group, 1)).collect();
+        assert_eq!(group.mode(), Mode::PerCpu);
+        cids.visit(&mut r1); // core 0 owns a CID, idle
+        extra.truncate(1); // three users: still per-CPU (3 is not < thrs 3)
+        assert_eq!(group.mode(), Mode::PerCpu);
+        let last = extra.pop().unwrap();
+
+        let spawn = |mut r: Reg| {
+            let cids = cids.clone();
+            thread::spawn(move || {
+                cids.visit(&mut r);
+                r
+            })
+        };
+        let t1 = spawn(r1);
+        let t2 = spawn(r2);
+
+        drop(last); // two users < thrs 3: CPU → task switch
+        let mut r5 = Reg::new(&group, 0); // per-task: born with the lowest free CID
+        cids.visit(&mut r5);
+
+        let r1 = t1.join().unwrap();
+        let r2 = t2.join().unwrap();
+        assert_eq!(group.mode(), Mode::PerTask);
+        finish(&group, &cids, vec![r1, r2, r5]);
+    });
+}
+
+#[test]
+fn claim_vs_sequence_on_one_core() {
+    claim_vs_sequence("claim_vs_sequence_on_one_core", Mutant::None);
+}
+
+/// The claim without its RSEQ membarrier: T2's sequence, which read the idle word before the claim, commits after
+/// T1 took the slot EMPTY and freed the CID, so T2 borrows a CID the slot no longer owns, and frees it again at its
+/// own exit.
+#[test]
+#[should_panic(expected = "released twice")]
+fn claim_vs_sequence_on_one_core_mutant_no_claim_barrier() {
+    claim_vs_sequence("claim_vs_sequence_on_one_core_mutant_no_claim_barrier", Mutant::NoClaimBarrier);
+}
