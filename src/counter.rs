@@ -11,9 +11,10 @@ use std::fmt;
 
 /// A counter of events from many threads: one cache-padded `u64` shard per CID of a [`Group`], so updates from
 /// different threads never touch the same shard, and a shard is updated with a plain load and store. Getting the
-/// CID costs no atomic read-modify-write while the group has no more threads than cores (per-task mode), and one
-/// CAS on the core's own slot beyond that (per-CPU mode; two bitmap RMWs on the core's lane when the core's CID is
-/// held by a thread descheduled inside an update).
+/// CID costs no atomic read-modify-write while the group has no more threads than cores (per-task mode), nor
+/// beyond that where the core's CID is borrowed with an rseq critical section (per-CPU mode; one CAS on the core's
+/// own slot without rseq; two bitmap RMWs on the core's lane when the core's CID is held by a thread descheduled
+/// inside an update).
 ///
 /// Memory follows real concurrency: shards are allocated on first use of a CID, so in steady state there are at
 /// most [`Group::max_cids`] of them (I2) — at most the number of cores the group may use — where a thread-id

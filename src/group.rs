@@ -474,7 +474,8 @@ impl GroupBuilder {
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
         sys::rseq::probe(); // here, not on the hot path: it takes the loader's lock
-                            // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
+
+        // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
         #[cfg(not(loom))]
         let rseq = self.rseq != Some(false)
             && asym

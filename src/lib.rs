@@ -23,7 +23,8 @@
 //! CIDs come from an atomic bitmap. Ownership follows the kernel's latest design: while there are no more
 //! threads than the group's bound, each [`Registration`] owns a CID (per-task mode) and entering touches only the
 //! registration's own cache line with no read-modify-write; with more threads, each core owns a CID (per-CPU
-//! mode) and the thread entering on a core borrows it with one CAS on the core's own slot. A thread that finds
+//! mode) and the thread entering on a core borrows it from the core's own slot, with a restartable sequence where
+//! glibc registered the kernel's rseq area (no read-modify-write) and one CAS elsewhere. A thread that finds
 //! its core's CID in use by a thread descheduled inside its guard takes a temporary CID: nobody ever waits.
 //!
 //! Mode switches happen only at [`Group::register`], registration drop and [`Group::set_cpus_allowed`], in two

@@ -223,8 +223,8 @@ impl Registration {
     }
 
     /// Enter (design.md §4.1). Every enter starts with D-enter's E1..E3; the per-task fast path ends right there,
-    /// with no read-modify-write, and the per-CPU fast path adds one CAS (both inlined); everything else continues
-    /// out of line in `enter_cpu_other` or `enter_other`.
+    /// with no read-modify-write, and the per-CPU fast path adds one rseq sequence or CAS (both inlined);
+    /// everything else continues out of line in `enter_cpu_other` or `enter_other`.
     #[inline(always)]
     pub(crate) fn enter_raw(&mut self) -> Entered {
         let g = &*self.group.inner;

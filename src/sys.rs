@@ -375,8 +375,6 @@ mod imp {
     pub(crate) mod rseq {
         pub(crate) fn probe() {}
     }
-    /// Loom models the RSEQ membarrier inside the group (`Inner::rseq_barrier`); the real one is never called.
-    pub(crate) fn membarrier_rseq() {}
 }
 
 pub(crate) use imp::*;
@@ -431,7 +429,8 @@ mod tests {
     /// The restartable sequence excludes the threads of one CPU (design.md §4.1.1): 4 unpinned threads per
     /// core borrow their CPU's slot with `store_if` and then increment a plain per-slot counter (load, store), so
     /// a borrow that two threads both won would lose increments. A plain compare-and-store in place of the
-    /// sequence loses millions of 80 million increments (checked by hand when written, twice); the sequence must lose none.
+    /// sequence loses millions of the 80 million increments (checked by hand when written, twice); the sequence
+    /// must lose none.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn rseq_store_if_excludes_threads_of_one_cpu() {
