@@ -273,50 +273,49 @@ mod imp {
     const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
     const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
     const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
+    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
+
+    /// Whether membarrier command `cmd` is supported, after registering the process for it with `register`.
+    fn membarrier_register(cmd: libc::c_long, register: libc::c_long) -> bool {
+        // SAFETY: membarrier with QUERY takes no pointers.
+        let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+        if cmds < 0 || cmds & cmd == 0 {
+            return false;
+        }
+        // SAFETY: registration takes no pointers; it only marks the process.
+        unsafe { libc::syscall(libc::SYS_membarrier, register, 0, 0) == 0 }
+    }
+
+    /// Issues membarrier command `cmd`, for which the process is registered.
+    fn membarrier_issue(cmd: libc::c_long) {
+        // SAFETY: the PRIVATE_EXPEDITED commands take no pointers; the caller registered the process.
+        if unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) } != 0 {
+            // Cannot happen after a successful registration; going on without the barrier could break
+            // exclusivity, so refuse to continue.
+            std::process::abort();
+        }
+    }
 
     /// Whether `membarrier(PRIVATE_EXPEDITED)` is usable in this process; registers it on first call.
     pub(crate) fn membarrier_available() -> bool {
         static AVAILABLE: OnceLock<bool> = OnceLock::new();
         *AVAILABLE.get_or_init(|| {
-            // SAFETY: membarrier with QUERY takes no pointers.
-            let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-            if cmds < 0 || cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED == 0 {
-                return false;
-            }
-            // SAFETY: registration takes no pointers; it only marks the process.
-            let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) };
-            rc == 0
+            membarrier_register(MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
         })
     }
 
     /// A full memory barrier on every CPU running a thread of this process. Only called after
     /// `membarrier_available()` returned true.
     pub(crate) fn membarrier() {
-        // SAFETY: PRIVATE_EXPEDITED takes no pointers; the process is registered (membarrier_available).
-        let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
-        if rc != 0 {
-            // Cannot happen after a successful registration; a full fence keeps us safe only on our side, so
-            // refuse to continue rather than break exclusivity.
-            std::process::abort();
-        }
+        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
     }
-
-    const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
-    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
 
     /// Whether `membarrier(PRIVATE_EXPEDITED_RSEQ)` is usable in this process; registers it on first call.
     pub(crate) fn membarrier_rseq_available() -> bool {
         static AVAILABLE: OnceLock<bool> = OnceLock::new();
         *AVAILABLE.get_or_init(|| {
-            // SAFETY: membarrier with QUERY takes no pointers.
-            let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-            if cmds < 0 || cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ == 0 {
-                return false;
-            }
-            // SAFETY: registration takes no pointers; it only marks the process.
-            let rc =
-                unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) };
-            rc == 0
+            membarrier_register(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)
         })
     }
 
@@ -324,13 +323,7 @@ mod imp {
     /// sequence each of them may be in (the kernel's `ipi_rseq`: `smp_mb(); rseq_preempt()`). Only called after
     /// `membarrier_rseq_available()` returned true.
     pub(crate) fn membarrier_rseq() {
-        // SAFETY: PRIVATE_EXPEDITED_RSEQ takes no pointers; the process is registered (membarrier_rseq_available).
-        let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) };
-        if rc != 0 {
-            // Cannot happen after a successful registration; without it a sequence could commit on a slot we
-            // took, so refuse to continue rather than break exclusivity.
-            std::process::abort();
-        }
+        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ);
     }
 
     /// Parses a kernel CPU list such as `0-3,8,10-11`.

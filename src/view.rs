@@ -2,6 +2,7 @@
 //! thread-local cells that guards and the runtime update, so reading them needs no syscall.
 
 /// Stored when the thread holds no guard.
+#[cfg(not(loom))]
 pub(crate) const NONE: u32 = u32::MAX;
 
 #[cfg(not(loom))]
@@ -83,7 +84,6 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    use super::NONE;
     pub(crate) type Before = ();
     pub(crate) fn enter(_cid: u32) -> Before {}
     pub(crate) fn exit(_cid: u32, _before: Before) {}

@@ -203,6 +203,39 @@ mod harness {
         assert_eq!(group.mode(), Mode::PerTask, "the group must return to per-task mode at zero users");
     }
 
+    /// Models 4a and 11a (run inside `model`): in a group over four virtual cores of which two are allowed, T1
+    /// borrows core 0's CID (its slot is BUSY and its registration word is UNSET, the kernel's "running task with
+    /// an UNSET CID") while the main thread drops the second-to-last registration, which switches the group back to
+    /// per-task mode and sweeps the core slots. The main thread then registers again (the new registration takes
+    /// the lowest free CID at birth) and enters with it.
+    pub fn borrower_vs_sweep(group: Group) {
+        let cids = Cids::new(3 + 4);
+        let mut r1 = Reg::new(&group, 0);
+        let r2 = Reg::new(&group, 0);
+        let r3 = Reg::new(&group, 0); // users 3 > max_cids 2: per-CPU
+        assert_eq!(group.mode(), Mode::PerCpu);
+        assert_eq!(cids.visit(&mut r1).1, CidKind::Core(0)); // core 0 now owns a CID, idle
+        drop(r3); // users 2: still per-CPU (2 is not < thrs 2)
+        assert_eq!(group.mode(), Mode::PerCpu);
+        assert_eq!(r1.cid(), None);
+
+        let t1 = {
+            let cids = cids.clone();
+            loom::thread::spawn(move || {
+                cids.visit(&mut r1);
+                r1
+            })
+        };
+
+        drop(r2); // users 1 < thrs 2: CPU → task switch, sweep of the core slots
+        let mut r4 = Reg::new(&group, 0);
+        cids.visit(&mut r4);
+
+        let r1 = t1.join().unwrap();
+        assert_eq!(group.mode(), Mode::PerTask);
+        finish(&group, &cids, vec![r1, r4]);
+    }
+
     /// The end of every model: no lost update (`cids`), accounting at quiescence with `regs` the group's every
     /// live registration, then drop them all and check every CID is free.
     pub fn finish(group: &Group, cids: &Cids, regs: Vec<Reg>) {

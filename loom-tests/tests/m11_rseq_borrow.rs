@@ -19,36 +19,10 @@ fn small(mutant: Mutant) -> Group {
     Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).restartable_sequences(true).mutant(mutant).build().unwrap()
 }
 
-/// Model 4's first scenario with sequence borrows: T1 borrows core 0's idle CID while the main thread's drop
-/// switches the group back to per-task mode and sweeps the slots, then registers again (born with the lowest free
-/// CID) and enters.
+/// Model 4's first scenario (`mmcid_loom_tests::borrower_vs_sweep`) with sequence borrows: T1's borrow is a
+/// sequence racing the CPU → task switch's F2 and sweep.
 fn sequence_vs_sweep(name: &'static str, mutant: Mutant) {
-    model(name, move || {
-        let group = small(mutant);
-        let cids = Cids::new(3 + 4);
-        let mut r1 = Reg::new(&group, 0);
-        let r2 = Reg::new(&group, 0);
-        let r3 = Reg::new(&group, 0);
-        assert_eq!(group.mode(), Mode::PerCpu);
-        cids.visit(&mut r1); // core 0 owns a CID, idle
-        drop(r3);
-
-        let t1 = {
-            let cids = cids.clone();
-            thread::spawn(move || {
-                cids.visit(&mut r1);
-                r1
-            })
-        };
-
-        drop(r2); // CPU → task: F1, F2, sweep
-        let mut r4 = Reg::new(&group, 0);
-        cids.visit(&mut r4);
-
-        let r1 = t1.join().unwrap();
-        assert_eq!(group.mode(), Mode::PerTask);
-        finish(&group, &cids, vec![r1, r4]);
-    });
+    model(name, move || mmcid_loom_tests::borrower_vs_sweep(small(mutant)));
 }
 
 #[test]
