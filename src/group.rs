@@ -674,6 +674,9 @@ impl Inner {
         if !self.hot.rseq {
             return slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok();
         }
+        if slot.load(Ordering::Relaxed) != s {
+            return false; // moved on already: no lock, no barrier (Relaxed: the CAS below is what decides)
+        }
         let _claim = if wait {
             self.claim.lock()
         } else {

@@ -143,10 +143,62 @@ fn i1_i8_churn_crossing_modes_real_cores_cas() {
 fn rseq_expected() -> bool {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other preconditions.
     let size = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) };
-    // SAFETY: glibc defines `__rseq_size` as a `const unsigned int`.
+    // SAFETY: membarrier QUERY (0) takes no pointers; it returns the supported commands.
+    let membarrier = unsafe { libc::syscall(libc::SYS_membarrier, 0, 0, 0) };
+    const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
     cfg!(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))
         && !size.is_null()
+        // SAFETY: glibc defines `__rseq_size` as a `const unsigned int`.
         && unsafe { *(size as *const u32) } >= 8
+        && membarrier > 0
+        && membarrier & (PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ) == PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ
+}
+
+/// I4 in per-CPU mode through a steal (design.md §4.5), which in rseq groups is a claim (CLAIM, the RSEQ
+/// membarrier, CAS; §4.1.1), with real threads pinned to two real CPUs: core A parks CID 0, core B CID 1; once
+/// one user is left, `max_cids` is 1 and B's next enter must take CID 0 from A's slot. Needs a machine whose
+/// switch-back threshold stays at 1 (two possible CPUs, as on CI); elsewhere the group goes back to per-task mode
+/// and the test says so and stops.
+#[test]
+fn i4_steal_from_an_idle_core_rseq_and_cas() {
+    let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
+    if cpus.len() < 2 {
+        eprintln!("i4_steal_from_an_idle_core: fewer than two allowed CPUs, nothing to check");
+        return;
+    }
+    let pinned = |cpu: usize, reg: &mut mmcid::Registration| {
+        thread::scope(|s| {
+            s.spawn(|| {
+                assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to CPU {cpu}");
+                let g = reg.enter();
+                (g.kind(), g.cid().get())
+            })
+            .join()
+            .unwrap()
+        })
+    };
+    for rseq in [true, false] {
+        let group = Group::builder().restartable_sequences(rseq).build().unwrap();
+        assert_eq!(group.uses_rseq(), rseq && rseq_expected());
+        let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+        assert_eq!(group.mode(), Mode::PerCpu);
+        assert_eq!(pinned(cpus[0], &mut regs[0]), (CidKind::Core(cpus[0]), 0));
+        assert_eq!(pinned(cpus[1], &mut regs[1]), (CidKind::Core(cpus[1]), 1));
+        let mut last = regs.pop().unwrap();
+        drop(regs);
+        if group.mode() != Mode::PerCpu {
+            eprintln!("i4_steal_from_an_idle_core: {} possible CPUs, back to per-task at one user", group.cores());
+            return;
+        }
+        assert_eq!(group.max_cids(), 1);
+        assert_eq!(pinned(cpus[1], &mut last), (CidKind::Core(cpus[1]), 0), "CID 0 stolen from CPU {}", cpus[0]);
+        let s = group.stats();
+        assert_eq!((s.steals, s.enter_converge), (1, 1), "rseq {rseq}: {s:?}");
+        assert!(group.audit().is_consistent());
+        drop(last);
+        assert_quiescent_empty(&group);
+    }
 }
 
 /// I1 + I8 for rseq borrows (design.md §4.1.1) with the kernel doing its worst: 4 unpinned threads per core enter
@@ -198,6 +250,27 @@ fn i1_i8_borrows_against_preemption_and_switches() {
         );
         assert_quiescent_empty(&group);
     }
+}
+
+#[test]
+fn i1_i8_churn_with_affinity_widening() {
+    // 2 of 8 virtual cores allowed at first, widened to 4 then 8 while the workers churn: max_cids and the
+    // switch-back threshold move under them.
+    let group = Group::builder().virtual_cpus(8).cpus_virtual(0..2).build().unwrap();
+    churn_with(group.clone(), Some(8), 6, 30, |g| {
+        for upto in [4, 8] {
+            thread::sleep(Duration::from_millis(5));
+            g.set_cpus_allowed(&CpuSet::virtual_set(0..upto).unwrap()).unwrap();
+        }
+    });
+    assert_eq!(group.cpus().len(), 8);
+}
+
+#[test]
+fn i1_i8_churn_membarrier_fallback() {
+    let group = Group::builder().virtual_cpus(4).asymmetric_fences(false).build().unwrap();
+    assert!(!group.uses_membarrier());
+    churn(group, Some(4), 6, 20);
 }
 
 /// I2 soft bound: with membership unchanged and every thread having entered once since the last change, every CID
