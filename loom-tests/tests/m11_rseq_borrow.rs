@@ -1,6 +1,7 @@
 //! Model 11: borrows as restartable sequences (design.md §4.1.1) against the writers of idle slots on other cores:
-//! the CPU → task sweep (F2 is the RSEQ membarrier) and the claim of an exit that lost a switch
-//! (`exit_slow_core`: CLAIM, RSEQ membarrier, CAS).
+//! the CPU → task sweep (F2 is the RSEQ membarrier), the claim of an exit that lost a switch
+//! (`exit_slow_core`: CLAIM, RSEQ membarrier, CAS) and the claim of a convergence steal. The adoption take-back of
+//! `exit_slow_task` is the same claim and has no model of its own.
 //!
 //! The group models the sequence with one lock per core held across it, and the RSEQ membarrier as a SeqCst fence
 //! followed by taking and releasing every core's lock: once the barrier returns, each sequence either committed
@@ -10,7 +11,7 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mmcid::{Group, Mode, Mutant};
+use mmcid::{CidKind, Group, Mode, Mutant};
 use mmcid_loom_tests::{finish, model, Cids, Reg};
 
 /// Two of four virtual cores allowed, as in model 4: the third registration switches to per-CPU mode, and the
@@ -96,6 +97,52 @@ fn claim_vs_sequence_on_one_core() {
 #[should_panic(expected = "released twice")]
 fn claim_vs_sequence_on_one_core_mutant_no_claim_barrier() {
     claim_vs_sequence("claim_vs_sequence_on_one_core_mutant_no_claim_barrier", Mutant::NoClaimBarrier);
+}
+
+/// A convergence steal (design.md §4.5: a claim from enter, with `try_lock`) against a sequence of the robbed
+/// core. One allowed core of two virtual ones, so `max_cids` is 1 and two users are per-CPU mode: core 1 owns
+/// CID 0, idle; T1 enters on core 0, allocates CID 1 for it, must converge below 1 and steals core 1's CID 0,
+/// while the main thread enters on core 1 with a sequence on that same idle word.
+fn steal_vs_sequence(name: &'static str, mutant: Mutant) {
+    model(name, move || {
+        let group = Group::builder()
+            .virtual_cpus(2)
+            .cpus_virtual([0])
+            .restartable_sequences(true)
+            .mutant(mutant)
+            .build()
+            .unwrap();
+        let cids = Cids::new(2 + 2);
+        let mut r1 = Reg::new(&group, 0); // per-task: born with CID 0
+        let mut r2 = Reg::new(&group, 1); // users 2 > max_cids 1: per-CPU, the walk frees CID 0
+        assert_eq!(group.mode(), Mode::PerCpu);
+        assert_eq!(cids.visit(&mut r2), (0, CidKind::Core(1))); // core 1 owns CID 0, idle
+
+        let t1 = {
+            let cids = cids.clone();
+            thread::spawn(move || {
+                cids.visit(&mut r1);
+                r1
+            })
+        };
+        cids.visit(&mut r2);
+
+        let r1 = t1.join().unwrap();
+        finish(&group, &cids, vec![r1, r2]);
+    });
+}
+
+#[test]
+fn steal_vs_sequence_of_the_robbed_core() {
+    steal_vs_sequence("steal_vs_sequence_of_the_robbed_core", Mutant::None);
+}
+
+/// The steal's claim without its RSEQ membarrier: the main thread's sequence read the idle word before the claim
+/// and commits after T1 took it, so both use CID 0.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn steal_vs_sequence_of_the_robbed_core_mutant_no_claim_barrier() {
+    steal_vs_sequence("steal_vs_sequence_of_the_robbed_core_mutant_no_claim_barrier", Mutant::NoClaimBarrier);
 }
 
 /// Why the modelled commit is a `swap` (no mmcid involved): T2 stores 10 over the 1 it read, under a lock; the
