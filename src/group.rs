@@ -625,6 +625,13 @@ impl Inner {
         }
     }
 
+    /// Whether whole per-CPU updates may be restartable sequences now (design.md §9.2): an rseq group in per-CPU
+    /// mode. Relaxed: a hint; the sequence checks the mode again inside.
+    #[inline(always)]
+    pub(crate) fn sequences_apply(&self) -> bool {
+        self.hot.rseq && self.hot.mode.load(Ordering::Relaxed) == PER_CPU
+    }
+
     /// The borrow `expect → expect | BUSY` of core `cpu`'s slot (design.md §4.1, §4.1.1), `expect` an idle word:
     /// a CAS, or in rseq groups a restartable sequence that commits only while we run on `cpu` and the mode has
     /// ONCPU. Either way the slot's load pairs with the previous borrower's X1 Release store (I8): the CAS's

@@ -90,6 +90,24 @@ fn unpark(id: u64) -> Option<NonNull<Registration>> {
         .flatten()
 }
 
+/// Runs `f` on the calling thread's registration of `group` while it stays parked (no take, no give-back);
+/// `None` if none is parked for `group`. `f` must not reach this layer again (it could unpark the registration).
+#[inline(always)]
+pub(crate) fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration) -> R) -> Option<R> {
+    PARKED
+        .try_with(|p| {
+            if p.id.get() != group.id() {
+                return None;
+            }
+            let reg = NonNull::new(p.reg.get())?;
+            // SAFETY: the parked pointer is an owned, live `Box::into_raw` registration; it stays parked, and so
+            // alive, while `f` runs: only this thread's layer calls take it, and `f` does not call into it.
+            Some(f(unsafe { reg.as_ref() }))
+        })
+        .ok()
+        .flatten()
+}
+
 /// A registration of `group` for the calling thread, as an owned `Box::into_raw` pointer: the parked one, one from
 /// the pool, or a new one.
 #[inline(always)]

@@ -533,6 +533,25 @@ impl<T: Send + Sync> SharedPerCid<T> {
         unsafe { &*shard.as_ptr() }
     }
 
+    /// The shard of CID `cid` if it is installed, for a caller that does not hold `cid` (yet): nothing is
+    /// installed here.
+    #[inline]
+    pub(crate) fn installed(&self, cid: usize) -> Option<&T> {
+        let (s, off) = locate(cid);
+        // Acquire: pairs with the Release CAS that installed the segment.
+        let seg = self.0.shards[s].load(Acquire);
+        if seg.is_null() {
+            return None;
+        }
+        // SAFETY: `off < seg_len(s)` by `locate`, and an installed segment of that length lives until `Drop`.
+        let slot = unsafe { &*seg.add(off) };
+        // Acquire: pairs with the Release store in `install` (the shard is initialised), since we are not in the
+        // CID's hand-over chain.
+        let shard = NonNull::new(slot.load(Acquire))?;
+        // SAFETY: as in `get_cid`.
+        Some(unsafe { &*shard.as_ptr() })
+    }
+
     /// Every allocated shard, concurrently with guards using theirs.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         // SAFETY: as in `get_unchecked`: shared references only, `T: Sync`, shards live as long as `self`.

@@ -454,6 +454,33 @@ impl Registration {
         cid
     }
 
+    /// `ShardedCounter`'s per-CPU update as one restartable sequence (design.md §9.2): in an rseq group in per-CPU
+    /// mode, with this registration owning no CID, adds `n` to the shard of the core's idle CID (`shard` finds
+    /// it, if installed) only while nobody borrows that CID, all in one sequence: no borrow is left for a
+    /// preemption to strand. False (nothing done) wherever a guard is needed instead.
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub(crate) fn add_in_sequence<'s>(
+        &self,
+        shard: impl FnOnce(usize) -> Option<&'s std::sync::atomic::AtomicU64>,
+        n: u64,
+    ) -> bool {
+        let g = &*self.group.inner;
+        // Relaxed: only we store CIDs into our word (others store UNSET).
+        if !g.sequences_apply() || self.rec.cid.load(Relaxed) != UNSET {
+            return false;
+        }
+        let Some(cpu) = sys::rseq::cpu_id().filter(|&c| c < g.cores) else { return false };
+        let s = g.slots[cpu].load(Relaxed);
+        let Some(c) = slot::idle_cid(s).filter(|&c| (c as usize) < g.max_cids()) else { return false };
+        let Some(cell) = shard(c as usize) else { return false };
+        if !sys::rseq::add_if(cpu as u32, &g.hot.mode, &g.slots[cpu], s, cell, n) {
+            return false;
+        }
+        self.rec.counters.bump(Ev::CpuFast);
+        true
+    }
+
     /// Exit (design.md §4.2). The per-task path is inlined; the others are out of line.
     #[inline(always)]
     pub(crate) fn exit_raw(&mut self, entered: Entered) {

@@ -125,6 +125,61 @@ fn counter_conservation_under_churn() {
     assert!(counter.shards_allocated() <= 1 + 2 * BATCH + group.cores(), "{counter:?}");
 }
 
+/// Conservation on the machine's real cores, where per-CPU adds are restartable sequences (design.md §9.2) when
+/// the platform has rseq: 4 threads per core add and subtract, some through the sequence (`add`, `sub`), some
+/// under guards of their own registrations (`add_with`), which borrow the same cores' CIDs; threads come and
+/// go, so the group starts in per-task mode and crosses into per-CPU mode and back. The same with rseq off.
+#[test]
+fn counter_conservation_with_sequence_adds_on_real_cores() {
+    for rseq in [true, false] {
+        let group = Group::builder().restartable_sequences(rseq).build().unwrap();
+        let counter = ShardedCounter::new(&group);
+        let threads = 4 * group.cpus().len();
+        let start = Barrier::new(threads);
+        let nets: Vec<u64> = thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (group, counter, start) = (&group, &counter, &start);
+                    s.spawn(move || {
+                        let mut net = 0u64;
+                        for round in 0..4u64 {
+                            let mut reg = group.register();
+                            start.wait(); // every round runs all threads at once
+                            for i in 0..100_000u64 {
+                                let v = (i * 7 + t as u64 + round) % 13;
+                                match i % 8 {
+                                    3 => {
+                                        counter.add_with(&reg.enter(), v);
+                                        net = net.wrapping_add(v);
+                                    }
+                                    5 | 6 => {
+                                        counter.sub(v);
+                                        net = net.wrapping_sub(v);
+                                    }
+                                    _ => {
+                                        counter.add(v);
+                                        net = net.wrapping_add(v);
+                                    }
+                                }
+                            }
+                            drop(reg);
+                            group.leave_thread();
+                        }
+                        net
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let expected = nets.iter().fold(0u64, |a, &b| a.wrapping_add(b));
+        assert_eq!(counter.sum(), expected, "rseq {rseq}: an add or sub lost or counted twice");
+        let stats = group.stats();
+        assert!(stats.switches_to_per_cpu >= 1 && stats.enter_cpu_fast > 0, "rseq {rseq}: {stats:?}");
+        assert_eq!(group.users(), 0);
+        assert_eq!(stats.cids_in_use, 0, "rseq {rseq}: {stats:?}");
+    }
+}
+
 /// Item ids: thread tag in the high half, sequence number in the low half.
 fn item(tag: u64, seq: u64) -> u64 {
     (tag << 32) | seq
