@@ -627,6 +627,7 @@ impl Inner {
 
     /// Whether whole per-CPU updates may be restartable sequences now (design.md §9.2): an rseq group in per-CPU
     /// mode. Relaxed: a hint; the sequence checks the mode again inside.
+    #[cfg(not(loom))] // only `ShardedCounter` uses it, and loom builds leave it out
     #[inline(always)]
     pub(crate) fn sequences_apply(&self) -> bool {
         self.hot.rseq && self.hot.mode.load(Ordering::Relaxed) == PER_CPU
