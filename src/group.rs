@@ -627,7 +627,6 @@ impl Inner {
 
     /// Whether whole per-CPU updates may be restartable sequences now (design.md §9.2): an rseq group in per-CPU
     /// mode. Relaxed: a hint; the sequence checks the mode again inside.
-    #[cfg(not(loom))] // only `ShardedCounter` uses it, and loom builds leave it out
     #[inline(always)]
     pub(crate) fn sequences_apply(&self) -> bool {
         self.hot.rseq && self.hot.mode.load(Ordering::Relaxed) == PER_CPU
@@ -669,6 +668,20 @@ impl Inner {
             return false;
         }
         slot.swap(new, Ordering::Relaxed);
+        true
+    }
+
+    /// Loom's whole-update sequence (design.md §9.2): `f` runs where the commit store would, under the same
+    /// checks as `rseq_store_if`, and the slot is not written.
+    #[cfg(loom)]
+    pub(crate) fn rseq_run_if(&self, cpu: usize, expect: u32, f: impl FnOnce()) -> bool {
+        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.slots[cpu].load(Ordering::Acquire);
+        let same = if self.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) { s & !BUSY == expect & !BUSY } else { s == expect };
+        if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || !same {
+            return false;
+        }
+        f();
         true
     }
 
@@ -856,6 +869,7 @@ mutant_ids! {
     MUTANT_CPU_PATH_KEEPS_WORD = CpuPathKeepsWord = 10;
     MUTANT_NO_CLAIM_BARRIER = NoClaimBarrier = 11;
     MUTANT_PLAIN_FIXUP_BARRIER = PlainFixupBarrier = 12;
+    MUTANT_SEQUENCE_IGNORES_BUSY = SequenceIgnoresBusy = 13;
 }
 
 #[cfg(all(test, not(loom)))]

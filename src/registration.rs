@@ -454,10 +454,31 @@ impl Registration {
         cid
     }
 
-    /// `ShardedCounter`'s per-CPU update as one restartable sequence (design.md §9.2): in an rseq group in per-CPU
-    /// mode, with this registration owning no CID, adds `n` to the shard of the core's idle CID (`shard` finds
-    /// it, if installed) only while nobody borrows that CID, all in one sequence: no borrow is left for a
-    /// preemption to strand. False (nothing done) wherever a guard is needed instead.
+    /// Where a whole per-CPU update may run as one restartable sequence (design.md §9.2): `(core, idle slot word,
+    /// its CID)` in an rseq group in per-CPU mode, with this registration owning no CID and the core's CID idle and
+    /// in range; `None` wherever a guard is needed instead. (The caller's `sequences_apply` test is repeated
+    /// here so that no caller can skip it: it is what keeps CAS borrowers away from the slot.)
+    #[inline(always)]
+    fn sequence_target(&self) -> Option<(usize, u32, u32)> {
+        let g = &*self.group.inner;
+        // Relaxed: only we store CIDs into our word (others store UNSET).
+        if !g.sequences_apply() || self.rec.cid.load(Relaxed) != UNSET {
+            return None;
+        }
+        let cpu = self.cpu_index();
+        let s = g.slots[cpu].load(Relaxed);
+        let c = if g.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) {
+            Some(s & VALUE).filter(|_| s & ONCPU != 0)
+        } else {
+            slot::idle_cid(s)
+        };
+        let c = c.filter(|&c| (c as usize) < g.max_cids())?;
+        Some((cpu, s, c))
+    }
+
+    /// `ShardedCounter`'s per-CPU update as one restartable sequence (design.md §9.2): adds `n` to the shard of
+    /// the core's idle CID (`shard` finds it, if installed) only while nobody borrows that CID, all in one
+    /// sequence: no borrow is left for a preemption to strand. False (nothing done) wherever a guard is needed.
     #[cfg(not(loom))]
     #[inline(always)]
     pub(crate) fn add_in_sequence<'s>(
@@ -465,20 +486,22 @@ impl Registration {
         shard: impl FnOnce(usize) -> Option<&'s std::sync::atomic::AtomicU64>,
         n: u64,
     ) -> bool {
-        let g = &*self.group.inner;
-        // Relaxed: only we store CIDs into our word (others store UNSET).
-        if !g.sequences_apply() || self.rec.cid.load(Relaxed) != UNSET {
-            return false;
-        }
-        let Some(cpu) = sys::rseq::cpu_id().filter(|&c| c < g.cores) else { return false };
-        let s = g.slots[cpu].load(Relaxed);
-        let Some(c) = slot::idle_cid(s).filter(|&c| (c as usize) < g.max_cids()) else { return false };
+        let Some((cpu, s, c)) = self.sequence_target() else { return false };
         let Some(cell) = shard(c as usize) else { return false };
+        let g = &*self.group.inner;
         if !sys::rseq::add_if(cpu as u32, &g.hot.mode, &g.slots[cpu], s, cell, n) {
             return false;
         }
         self.rec.counters.bump(Ev::CpuFast);
         true
+    }
+
+    /// Loom only: `add_in_sequence` with the update `f(cid)` run inside the modelled sequence (loom model 11).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn update_in_sequence(&self, f: impl FnOnce(usize)) -> bool {
+        let Some((cpu, s, c)) = self.sequence_target() else { return false };
+        self.group.inner.rseq_run_if(cpu, s, || f(c as usize))
     }
 
     /// Exit (design.md §4.2). The per-task path is inlined; the others are out of line.

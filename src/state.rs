@@ -113,6 +113,9 @@ pub enum Mutant {
     NoClaimBarrier,
     /// rseq groups: F2 is a full barrier that does not abort restartable sequences in flight.
     PlainFixupBarrier,
+    /// rseq groups: a whole-update sequence (`ShardedCounter`) also runs on a BUSY slot's CID (both its checks
+    /// ignore BUSY).
+    SequenceIgnoresBusy,
 }
 
 #[cfg(all(test, not(loom)))]

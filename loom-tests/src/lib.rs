@@ -203,12 +203,17 @@ mod harness {
         assert_eq!(group.mode(), Mode::PerTask, "the group must return to per-task mode at zero users");
     }
 
-    /// Models 4a and 11a (run inside `model`): in a group over four virtual cores of which two are allowed, T1
-    /// borrows core 0's CID (its slot is BUSY and its registration word is UNSET, the kernel's "running task with
-    /// an UNSET CID") while the main thread drops the second-to-last registration, which switches the group back to
-    /// per-task mode and sweeps the core slots. The main thread then registers again (the new registration takes
-    /// the lowest free CID at birth) and enters with it.
-    pub fn borrower_vs_sweep(group: Group) {
+    /// T1's part in `borrower_vs_sweep`: a plain visit (enter, touch, exit).
+    pub fn visit(cids: &Cids, reg: &mut Reg) {
+        cids.visit(reg);
+    }
+
+    /// Models 4a, 11a and 11e (run inside `model`): in a group over four virtual cores of which two are allowed,
+    /// T1 uses core 0's CID through `t1` (a visit borrows it: its slot is BUSY and its registration word is UNSET,
+    /// the kernel's "running task with an UNSET CID") while the main thread drops the second-to-last
+    /// registration, which switches the group back to per-task mode and sweeps the core slots. The main thread
+    /// then registers again (the new registration takes the lowest free CID at birth) and enters with it.
+    pub fn borrower_vs_sweep(group: Group, t1: fn(&Cids, &mut Reg)) {
         let cids = Cids::new(3 + 4);
         let mut r1 = Reg::new(&group, 0);
         let r2 = Reg::new(&group, 0);
@@ -222,7 +227,7 @@ mod harness {
         let t1 = {
             let cids = cids.clone();
             loom::thread::spawn(move || {
-                cids.visit(&mut r1);
+                t1(&cids, &mut r1);
                 r1
             })
         };

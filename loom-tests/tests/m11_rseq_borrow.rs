@@ -12,7 +12,7 @@
 
 use loom::thread;
 use mmcid::{CidKind, Group, Mode, Mutant};
-use mmcid_loom_tests::{finish, model, Cids, Reg};
+use mmcid_loom_tests::{finish, model, visit, Cids, Reg};
 
 /// Two of four virtual cores allowed, as in model 4: the third registration switches to per-CPU mode, and the
 /// drop back to one user switches to per-task mode (thrs 2).
@@ -23,7 +23,7 @@ fn small(mutant: Mutant) -> Group {
 /// Model 4's first scenario (`mmcid_loom_tests::borrower_vs_sweep`) with sequence borrows: T1's borrow is a
 /// sequence racing the CPU → task switch's F2 and sweep.
 fn sequence_vs_sweep(name: &'static str, mutant: Mutant) {
-    model(name, move || mmcid_loom_tests::borrower_vs_sweep(small(mutant)));
+    model(name, move || mmcid_loom_tests::borrower_vs_sweep(small(mutant), visit));
 }
 
 #[test]
@@ -143,6 +143,73 @@ fn steal_vs_sequence_of_the_robbed_core() {
 #[should_panic(expected = "Causality violation")]
 fn steal_vs_sequence_of_the_robbed_core_mutant_no_claim_barrier() {
     steal_vs_sequence("steal_vs_sequence_of_the_robbed_core_mutant_no_claim_barrier", Mutant::NoClaimBarrier);
+}
+
+/// T1's part in 11e: `ShardedCounter`'s whole-update sequence (design.md §9.2) on core 0's idle CID, touching the
+/// CID's cell where the sequence commits; if the sequence does not apply or fails, the guard path (a visit).
+fn sequence_update(cids: &Cids, reg: &mut Reg) {
+    if !reg.update_in_sequence(|cid| cids.touch(cid)) {
+        cids.visit(reg);
+    }
+}
+
+/// 11e: model 4a's scenario with T1 updating through the whole-update sequence, which never makes the slot
+/// BUSY: the sweep may take the CID right after it, and the RSEQ membarrier (F2) must order T1's update before
+/// the CID's next holder.
+fn update_vs_sweep(name: &'static str, mutant: Mutant) {
+    model(name, move || mmcid_loom_tests::borrower_vs_sweep(small(mutant), sequence_update));
+}
+
+#[test]
+fn update_sequence_vs_cpu_to_task_sweep() {
+    update_vs_sweep("update_sequence_vs_cpu_to_task_sweep", Mutant::None);
+}
+
+/// F2 without the sequence abort: T1's update reads the old mode and the idle slot, the sweep frees the CID and
+/// the new registration uses it while T1 still writes its cell.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn update_sequence_vs_cpu_to_task_sweep_mutant_plain_barrier() {
+    update_vs_sweep("update_sequence_vs_cpu_to_task_sweep_mutant_plain_barrier", Mutant::PlainFixupBarrier);
+}
+
+/// 11d: a guard holder against the whole-update sequence on one core. T1 holds core 0's CID in a guard (BUSY)
+/// while the main thread, on core 0 too, updates through the sequence, which must step aside (then it takes the
+/// guard path: a temporary).
+fn holder_vs_update(name: &'static str, mutant: Mutant) {
+    model(name, move || {
+        let group = small(mutant);
+        let cids = Cids::new(3 + 4);
+        let mut r1 = Reg::new(&group, 0);
+        let mut r2 = Reg::new(&group, 0);
+        let r3 = Reg::new(&group, 0);
+        assert_eq!(group.mode(), Mode::PerCpu);
+        cids.visit(&mut r1); // core 0 owns a CID, idle
+
+        let t1 = {
+            let cids = cids.clone();
+            thread::spawn(move || {
+                cids.visit(&mut r1);
+                r1
+            })
+        };
+        sequence_update(&cids, &mut r2);
+
+        let r1 = t1.join().unwrap();
+        finish(&group, &cids, vec![r1, r2, r3]);
+    });
+}
+
+#[test]
+fn guard_holder_vs_update_sequence() {
+    holder_vs_update("guard_holder_vs_update_sequence", Mutant::None);
+}
+
+/// The sequence also runs on a BUSY slot's CID: it updates the cell T1's guard is using.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn guard_holder_vs_update_sequence_mutant_ignores_busy() {
+    holder_vs_update("guard_holder_vs_update_sequence_mutant_ignores_busy", Mutant::SequenceIgnoresBusy);
 }
 
 /// Why the modelled commit is a `swap` (no mmcid involved): T2 stores 10 over the 1 it read, under a lock; the

@@ -9,7 +9,7 @@
 
 use loom::thread;
 use mmcid::{Group, Mode, Mutant};
-use mmcid_loom_tests::{finish, model, Cids, Reg};
+use mmcid_loom_tests::{finish, model, visit, Cids, Reg};
 
 fn group(mutant: Mutant) -> Group {
     Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).mutant(mutant).build().unwrap()
@@ -18,7 +18,7 @@ fn group(mutant: Mutant) -> Group {
 /// T1 borrows core 0's CID while the main thread's drop switches the group back to per-task mode and sweeps the
 /// core slots (`mmcid_loom_tests::borrower_vs_sweep`).
 fn borrower_vs_sweep(name: &'static str, mutant: Mutant) {
-    model(name, move || mmcid_loom_tests::borrower_vs_sweep(group(mutant)));
+    model(name, move || mmcid_loom_tests::borrower_vs_sweep(group(mutant), visit));
 }
 
 #[test]
