@@ -91,9 +91,14 @@ fn unpark(id: u64) -> Option<NonNull<Registration>> {
 }
 
 /// Runs `f` on the calling thread's registration of `group` while it stays parked (no take, no give-back);
-/// `None` if none is parked for `group`. `f` must not reach this layer again (it could unpark the registration).
+/// `None` if none is parked for `group`.
+///
+/// # Safety
+///
+/// `f` must not reach this layer again (`Group::enter`, `with_cid`, `take`, `forget`, `leave_thread`, a
+/// `ShardedCounter` update): that could unpark and drop the registration `f` is looking at.
 #[inline(always)]
-pub(crate) fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration) -> R) -> Option<R> {
+pub(crate) unsafe fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration) -> R) -> Option<R> {
     PARKED
         .try_with(|p| {
             if p.id.get() != group.id() {
@@ -101,7 +106,8 @@ pub(crate) fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration) -> R) 
             }
             let reg = NonNull::new(p.reg.get())?;
             // SAFETY: the parked pointer is an owned, live `Box::into_raw` registration; it stays parked, and so
-            // alive, while `f` runs: only this thread's layer calls take it, and `f` does not call into it.
+            // alive, while `f` runs: only this thread's layer takes it, and `f` does not call into the layer
+            // (the caller's contract).
             Some(f(unsafe { reg.as_ref() }))
         })
         .ok()

@@ -47,7 +47,8 @@ const EVENTS: usize = Ev::FixupTake as usize + 1;
 pub struct Stats {
     /// Enters that took the per-task fast path (no read-modify-write).
     pub enter_task_fast: u64,
-    /// Enters that took the per-CPU fast path (borrowed the core's CID with one rseq sequence or CAS).
+    /// Enters that took the per-CPU fast path (borrowed the core's CID with one rseq sequence or CAS), plus the
+    /// `ShardedCounter` updates done as one whole sequence on the core's idle CID (no guard, no exit).
     pub enter_cpu_fast: u64,
     /// Enters that kept or got the registration's own CID on the slow path (after a switch, out of range, or
     /// first use).

@@ -581,12 +581,20 @@ mod tests {
         let total: u64 = cells.iter().map(|c| c.load(Relaxed)).sum();
         assert!(commits > threads as u64 * rounds / 2, "{commits} commits");
         assert_eq!(total, commits, "an add of one CPU interleaved another's");
-        // Nothing commits on a busy slot or without ONCPU.
-        let cpu = rseq::cpu_id().unwrap();
-        assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle + 1, &cells[cpu], 1));
-        mode.store(0, Relaxed);
-        assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
-        assert_eq!(cells.iter().map(|c| c.load(Relaxed)).sum::<u64>(), total);
+        // Nothing commits on another slot word or without ONCPU (on a pinned thread, so that a migration cannot
+        // be why): the same call with the right word and the mode back commits.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let cpu = affinity().unwrap()[0];
+                pin_current(cpu).unwrap();
+                assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle + 1, &cells[cpu], 1));
+                mode.store(0, Relaxed);
+                assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+                assert_eq!(cells.iter().map(|c| c.load(Relaxed)).sum::<u64>(), total);
+                mode.store(ONCPU, Relaxed);
+                assert!(rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+            });
+        });
     }
 
     #[test]

@@ -126,9 +126,12 @@ fn counter_conservation_under_churn() {
 }
 
 /// Conservation on the machine's real cores, where per-CPU adds are restartable sequences (design.md §9.2) when
-/// the platform has rseq: 4 threads per core add and subtract, some through the sequence (`add`, `sub`), some
-/// under guards of their own registrations (`add_with`), which borrow the same cores' CIDs; threads come and
-/// go, so the group starts in per-task mode and crosses into per-CPU mode and back. The same with rseq off.
+/// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (almost all of them commit as
+/// sequences) and, one operation in eight, under a guard of their own registration (`add_with`); threads
+/// re-register every round, so the group crosses into per-CPU mode (on 2 cores it goes back only at the end).
+/// The same with rseq off. It checks the whole-counter bookkeeping across both paths; the races themselves are
+/// checked where they can be forced: `counter::tests::sequence_adds_never_touch_a_held_cid` (a guard holder and
+/// sequence adders on one pinned CPU) and loom models 11d/11e (holder and sweep).
 #[test]
 fn counter_conservation_with_sequence_adds_on_real_cores() {
     for rseq in [true, false] {
