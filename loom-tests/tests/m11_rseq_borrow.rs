@@ -1,7 +1,8 @@
 //! Model 11: borrows as restartable sequences (design.md §4.1.1) against the writers of idle slots on other cores:
 //! the CPU → task sweep (F2 is the RSEQ membarrier), the claim of an exit that lost a switch
 //! (`exit_slow_core`: CLAIM, RSEQ membarrier, CAS) and the claim of a convergence steal. The adoption take-back of
-//! `exit_slow_task` is the same claim and has no model of its own.
+//! `exit_slow_task` is the same claim and has no model of its own. 11d and 11e check `ShardedCounter`'s
+//! whole-update sequence (design.md §9.2) against a guard holder and against the sweep.
 //!
 //! The group models the sequence with one lock per core held across it, and the RSEQ membarrier as a SeqCst fence
 //! followed by taking and releasing every core's lock: once the barrier returns, each sequence either committed
