@@ -481,6 +481,18 @@ mod tests {
         .unwrap();
     }
 
+    /// Rounds per thread for the sequence tests, or `None` (said on stderr) where there is no rseq area to test.
+    /// Fewer in debug builds (CI's `cargo test`), where each round is slower and a wrong sequence's window wider.
+    #[cfg(target_arch = "x86_64")]
+    fn sequence_rounds(test: &str) -> Option<u64> {
+        rseq::probe();
+        if !rseq::critical_sections() || rseq::cpu_id().is_none() {
+            eprintln!("{test}: no rseq area here, nothing to check");
+            return None;
+        }
+        Some(if cfg!(debug_assertions) { 2_000_000 } else { 10_000_000 })
+    }
+
     /// The restartable sequence excludes the threads of one CPU (design.md §4.1.1): 4 unpinned threads per
     /// core borrow their CPU's slot with `store_if` and then increment a plain per-slot counter (load, store), so
     /// a borrow that two threads both won would lose increments. A plain compare-and-store in place of the
@@ -491,13 +503,7 @@ mod tests {
     fn rseq_store_if_excludes_threads_of_one_cpu() {
         use crate::state::{BUSY, ONCPU};
         use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
-        rseq::probe();
-        if !rseq::critical_sections() || rseq::cpu_id().is_none() {
-            eprintln!("rseq_store_if_excludes_threads_of_one_cpu: no rseq area here, nothing to check");
-            return;
-        }
-        // Fewer in debug builds (CI's `cargo test`), where each round is slower and the wrong version's window wider.
-        const ROUNDS: u64 = if cfg!(debug_assertions) { 2_000_000 } else { 10_000_000 };
+        let Some(rounds) = sequence_rounds("rseq_store_if_excludes_threads_of_one_cpu") else { return };
         let cpus = possible_cpus();
         let idle = ONCPU | 7;
         let mode = AtomicU32::new(ONCPU);
@@ -511,7 +517,7 @@ mod tests {
                 s.spawn(|| {
                     start.wait(); // all at once: the threads of a CPU must overlap
                     let mut done = 0;
-                    while done < ROUNDS {
+                    while done < rounds {
                         let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
                         let slot = &slots[cpu];
                         if slot.load(Relaxed) == idle && rseq::store_if(cpu as u32, &mode, slot, idle, idle | BUSY) {
@@ -528,7 +534,7 @@ mod tests {
             }
         });
         let total: u64 = counts.iter().map(|c| c.load(Relaxed)).sum();
-        assert_eq!(total, threads as u64 * ROUNDS, "two threads held one CPU's slot at once");
+        assert_eq!(total, threads as u64 * rounds, "two threads held one CPU's slot at once");
         // The mode check inside the sequence: without ONCPU nothing commits.
         mode.store(0, Relaxed);
         let cpu = rseq::cpu_id().unwrap();
@@ -549,12 +555,7 @@ mod tests {
     fn rseq_add_if_excludes_threads_of_one_cpu() {
         use crate::state::ONCPU;
         use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
-        rseq::probe();
-        if !rseq::critical_sections() || rseq::cpu_id().is_none() {
-            eprintln!("rseq_add_if_excludes_threads_of_one_cpu: no rseq area here, nothing to check");
-            return;
-        }
-        let rounds: u64 = if cfg!(debug_assertions) { 2_000_000 } else { 10_000_000 };
+        let Some(rounds) = sequence_rounds("rseq_add_if_excludes_threads_of_one_cpu") else { return };
         let idle = ONCPU | 3;
         let mode = AtomicU32::new(ONCPU);
         let cpus = possible_cpus();
