@@ -638,11 +638,10 @@ impl Inner {
     /// Acquire, or an x86 load (acquire by TSO) inside the sequence.
     #[inline(always)]
     pub(crate) fn borrow_slot(&self, cpu: usize, expect: u32) -> bool {
-        let slot = &self.slots[cpu];
         if self.hot.rseq {
             self.rseq_store_if(cpu, expect, expect | BUSY)
         } else {
-            slot.compare_exchange(expect, expect | BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            self.slots[cpu].compare_exchange(expect, expect | BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
         }
     }
 
