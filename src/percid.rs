@@ -326,23 +326,19 @@ impl<T> PerCid<T> {
 }
 
 impl<T> Drop for PerCid<T> {
-    /// Takes every shard out first and frees the segments, then drops the shards as one `Vec`: a `T::drop` that
-    /// panics cannot leak the other shards or the segments (the slice drop goes on with the remaining elements).
+    /// Takes every shard out first (through the visited mask, like every scan: only visited shards are touched)
+    /// and frees the segments, then drops the shards as one `Vec`: a `T::drop` that panics cannot leak the other
+    /// shards or the segments (the slice drop goes on with the remaining elements).
     fn drop(&mut self) {
         let mut shards: Vec<Box<CachePadded<T>>> = Vec::with_capacity(self.allocated.load(Relaxed));
+        // SAFETY: each visited shard came from `Box::leak` in `install`, is yielded once, and no reference to it
+        // survives `&mut self`; a shard's visited bit is set in `install` right after it is stored, and every
+        // `install` happened before `&mut self`.
+        shards.extend(RawIter::new(self).map(|(_, shard)| unsafe { Box::from_raw(shard.as_ptr()) }));
         for s in 0..SEGMENTS {
             // Relaxed: `&mut self` orders every other access before us.
             let seg = self.shards[s].load(Relaxed);
             if !seg.is_null() {
-                for off in 0..seg_len(s) {
-                    // SAFETY: `off < seg_len(s)`; the segment is live until freed below.
-                    let shard = unsafe { &*seg.add(off) }.load(Relaxed);
-                    if !shard.is_null() {
-                        // SAFETY: the shard came from `Box::leak` in `install`, stored once in this slot only, and
-                        // no reference to it survives `&mut self`.
-                        shards.push(unsafe { Box::from_raw(shard) });
-                    }
-                }
                 // SAFETY: `seg` came from `segment` with length `seg_len(s)` and is freed once.
                 unsafe { free_segment(seg, seg_len(s)) };
             }
