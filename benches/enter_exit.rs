@@ -46,7 +46,11 @@ fn group_note(group: &Group, pool: &Pool) -> String {
         s.enter_cpu_fast,
         s.enter_temporary,
         s.enter_alloc,
-        if group.uses_membarrier() { "membarrier" } else { "full fences" },
+        match (group.uses_membarrier(), group.uses_rseq()) {
+            (true, true) => "membarrier, rseq borrows",
+            (true, false) => "membarrier, CAS borrows",
+            _ => "full fences, CAS borrows",
+        },
     )
 }
 
@@ -94,9 +98,10 @@ fn enter_exit(c: &mut Criterion) {
     }
     let probe = Group::new();
     println!(
-        "enter_exit: {cores} allowed CPUs {cpus:?}, group.cores() = {}, membarrier {}",
+        "enter_exit: {cores} allowed CPUs {cpus:?}, group.cores() = {}, membarrier {}, per-CPU borrows {}",
         probe.cores(),
-        if probe.uses_membarrier() { "available (compiler fences on the hot side)" } else { "unavailable" }
+        if probe.uses_membarrier() { "available (compiler fences on the hot side)" } else { "unavailable" },
+        if probe.uses_rseq() { "rseq sequences" } else { "CAS" },
     );
     drop(probe);
 
