@@ -411,7 +411,8 @@ impl GroupBuilder {
     }
 
     /// Use `membarrier` for the rare side of the Dekker pairs so that enter/exit need only compiler fences
-    /// (default true; falls back to full fences where membarrier is unavailable). `false` forces the fallback.
+    /// (default true; falls back to full fences where membarrier is unavailable). `false` forces the fallback,
+    /// and with it CAS borrows ([`GroupBuilder::restartable_sequences`] needs the membarrier).
     pub fn asymmetric_fences(mut self, on: bool) -> Self {
         self.asymmetric = on;
         self

@@ -24,7 +24,8 @@
 //! threads than the group's bound, each [`Registration`] owns a CID (per-task mode) and entering touches only the
 //! registration's own cache line with no read-modify-write; with more threads, each core owns a CID (per-CPU
 //! mode) and the thread entering on a core borrows it from the core's own slot, with a restartable sequence where
-//! glibc registered the kernel's rseq area (no read-modify-write) and one CAS elsewhere. A thread that finds
+//! the platform allows it (x86_64 Linux with glibc's rseq area and the RSEQ membarrier, real CPUs: no
+//! read-modify-write; see [`Group::uses_rseq`]) and one CAS elsewhere. A thread that finds
 //! its core's CID in use by a thread descheduled inside its guard takes a temporary CID: nobody ever waits.
 //!
 //! Mode switches happen only at [`Group::register`], registration drop and [`Group::set_cpus_allowed`], in two
@@ -32,7 +33,8 @@
 //! registration list, release of the final mode). The Dekker pairs between enter/exit and the fixup use
 //! `membarrier` on the rare side and compiler fences on the hot side where the kernel allows it.
 //!
-//! Every ordering is model-checked with loom (`loom-tests/`), each model with a mutant that loom rejects. The
+//! Every ordering is model-checked with loom (`loom-tests/`; the restartable sequences are modelled, not run),
+//! each model with a mutant that loom rejects. The
 //! state machines, state tables and the table of every atomic access are in `docs/design.md`.
 //!
 //! ## Invariants

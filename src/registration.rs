@@ -186,7 +186,8 @@ impl Registration {
 
     /// Declares the core this registration's thread runs on (the runtime does this after pinning), so entering
     /// needs no `sched_getcpu`; `None` asks the OS at each per-CPU enter. Any core below [`Group::cores`] is
-    /// accepted: a wrong declaration costs locality, never exclusivity.
+    /// accepted: a wrong declaration costs locality, never exclusivity. Groups that borrow with restartable
+    /// sequences ([`Group::uses_rseq`]) ignore it and use the CPU the kernel reports, which the sequence needs.
     pub fn set_cpu(&mut self, cpu: Option<usize>) -> Result<(), Error> {
         let cores = self.group.inner.cores;
         match cpu {

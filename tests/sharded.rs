@@ -126,8 +126,9 @@ fn counter_conservation_under_churn() {
 }
 
 /// Conservation on the machine's real cores, where per-CPU adds are restartable sequences (design.md §9.2) when
-/// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (almost all of them commit as
-/// sequences) and, one operation in eight, under a guard of their own registration (`add_with`); threads
+/// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (nearly all of them committed
+/// as sequences when a reviewer counted; the test asserts only that per-CPU fast paths ran) and, one operation in
+/// eight, under a guard of their own registration (`add_with`); threads
 /// re-register every round, so the group crosses into per-CPU mode (on 2 cores it goes back only at the end).
 /// The same with rseq off. It checks the whole-counter bookkeeping across both paths; the races themselves are
 /// checked where they can be forced: `counter::tests::sequence_adds_never_touch_a_held_cid` (a guard holder and
