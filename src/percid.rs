@@ -27,7 +27,7 @@
 //!   crate-internal [`SharedPerCid`], a separate type that never hands out `&mut T` and requires `T: Sync`.
 
 use crate::bitmap::MAX_BITS;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, Ordering::*};
 use crate::{CidGuard, Error, Group};
 use crossbeam_utils::CachePadded;
 use std::fmt;
@@ -286,19 +286,20 @@ impl<T> PerCid<T> {
     /// contents; the `&mut T` of `get_mut` is what needs the guard.
     #[inline]
     fn shard(&self, cid: usize) -> NonNull<CachePadded<T>> {
+        // Relaxed: only holders of `cid` store the slot, and every earlier holder's store happens before our
+        // guard (I8).
+        self.installed_shard(cid, Relaxed).unwrap_or_else(|| self.install(cid))
+    }
+
+    /// The shard of CID `cid` if it is installed, its slot loaded with `order`.
+    #[inline(always)]
+    fn installed_shard(&self, cid: usize, order: Ordering) -> Option<NonNull<CachePadded<T>>> {
         let (s, off) = locate(cid);
         // Acquire: pairs with the Release CAS that installed the segment (its null slots are initialised).
-        let seg = self.shards[s].load(Acquire);
-        if !seg.is_null() {
-            // SAFETY: `off < seg_len(s)` by `locate`, and an installed segment of that length lives until `Drop`.
-            let slot = unsafe { &*seg.add(off) };
-            // Relaxed: only holders of `cid` store this slot, and every earlier holder's store happens before
-            // our guard (I8).
-            if let Some(shard) = NonNull::new(slot.load(Relaxed)) {
-                return shard;
-            }
-        }
-        self.install(cid)
+        let seg = NonNull::new(self.shards[s].load(Acquire))?;
+        // SAFETY: `off < seg_len(s)` by `locate`, and an installed segment of that length lives until `Drop`.
+        let slot = unsafe { &*seg.as_ptr().add(off) };
+        NonNull::new(slot.load(order))
     }
 
     /// First use of `cid`: allocate its shard, publish it, mark it visited.
@@ -533,17 +534,9 @@ impl<T: Send + Sync> SharedPerCid<T> {
     /// installed here.
     #[inline]
     pub(crate) fn installed(&self, cid: usize) -> Option<&T> {
-        let (s, off) = locate(cid);
-        // Acquire: pairs with the Release CAS that installed the segment.
-        let seg = self.0.shards[s].load(Acquire);
-        if seg.is_null() {
-            return None;
-        }
-        // SAFETY: `off < seg_len(s)` by `locate`, and an installed segment of that length lives until `Drop`.
-        let slot = unsafe { &*seg.add(off) };
         // Acquire: pairs with the Release store in `install` (the shard is initialised), since we are not in the
         // CID's hand-over chain.
-        let shard = NonNull::new(slot.load(Acquire))?;
+        let shard = self.0.installed_shard(cid, Acquire)?;
         // SAFETY: as in `get_cid`.
         Some(unsafe { &*shard.as_ptr() })
     }
