@@ -4,8 +4,10 @@ use crate::{sys, Error};
 
 /// A non-empty set of CPUs (cores) that a group or runtime may use.
 ///
-/// Every constructor validates its input (I9): no empty sets, no CPU at or beyond the machine's possible CPUs, no
-/// CPU outside the process's affinity mask.
+/// [`CpuSet::current`] and [`CpuSet::from_cpus`] validate their input (I9): no empty sets, no CPU at or beyond the
+/// machine's possible CPUs, no CPU outside the CPUs the process may run on (the affinity mask of the calling thread
+/// or of the process's main thread). [`CpuSet::virtual_set`] checks only emptiness and its own range; a group or
+/// runtime over real cores checks every set again, whatever made it.
 ///
 /// ```
 /// use mmcid::CpuSet;
@@ -31,14 +33,34 @@ impl CpuSet {
         Ok(set)
     }
 
-    /// A set of the given CPUs, each checked against the possible CPUs and the process's affinity mask.
+    /// A set of the given CPUs, each checked against the possible CPUs and the CPUs the process may run on (the
+    /// affinity mask of the calling thread or of the process's main thread, so that a thread pinned to one core
+    /// can still name the others).
     pub fn from_cpus<I: IntoIterator<Item = usize>>(cpus: I) -> Result<CpuSet, Error> {
         let set = CpuSet::below(cpus, sys::possible_cpus())?;
-        let allowed = CpuSet::current()?;
-        if let Some(cpu) = set.iter().find(|&c| !allowed.contains(c)) {
-            return Err(Error::CpuNotAllowed { cpu });
-        }
+        set.check_real()?;
         Ok(set)
+    }
+
+    /// Checks the set as real cores (I9), whatever constructor made it: not empty, below the machine's possible
+    /// CPUs, and each in the affinity mask of the calling thread or of the process's main thread.
+    pub(crate) fn check_real(&self) -> Result<(), Error> {
+        if self.is_empty() {
+            return Err(Error::EmptyCpuSet);
+        }
+        let possible = sys::possible_cpus();
+        if let Some(cpu) = self.iter().find(|&c| c >= possible) {
+            return Err(Error::CpuOutOfRange { cpu, possible });
+        }
+        let mut allowed = CpuSet::current()?;
+        // The main thread may be gone (its mask then unreadable): the calling thread's mask alone decides.
+        if let Ok(main) = sys::main_thread_affinity() {
+            allowed.union_with(&CpuSet::raw(main));
+        }
+        match self.iter().find(|&c| !allowed.contains(c)) {
+            Some(cpu) => Err(Error::CpuNotAllowed { cpu }),
+            None => Ok(()),
+        }
     }
 
     /// A set of virtual CPUs, for groups built with

@@ -21,7 +21,8 @@ pub enum Error {
         /// How many CPUs are possible.
         possible: usize,
     },
-    /// A CPU outside the process's affinity mask.
+    /// A CPU the process may not run on: outside the affinity masks of the calling thread and of the process's
+    /// main thread.
     CpuNotAllowed {
         /// The CPU asked for.
         cpu: usize,
@@ -61,6 +62,17 @@ pub enum Error {
     },
     /// A runtime thread called `join` on its own handle (it would wait for itself forever).
     JoinSelf,
+    /// A numeric setting outside the range it accepts.
+    ValueOutOfRange {
+        /// The setting, e.g. `"virtual_cpus"`.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// The smallest value accepted.
+        min: usize,
+        /// The largest value accepted (`usize::MAX`: no upper limit of its own).
+        max: usize,
+    },
 }
 
 impl fmt::Display for Error {
@@ -71,7 +83,7 @@ impl fmt::Display for Error {
                 write!(f, "CPU {cpu} is out of range: only {possible} CPUs are possible")
             }
             Error::CpuNotAllowed { cpu } => {
-                write!(f, "CPU {cpu} is not in the process's affinity mask")
+                write!(f, "CPU {cpu} is not in the affinity mask of the calling thread or of the process's main thread")
             }
             Error::PinFailed { cpu, reason } => write!(f, "could not pin a thread to CPU {cpu}: {reason}"),
             Error::ZeroThreads => write!(f, "zero threads (or zero CPUs) were requested"),
@@ -85,6 +97,12 @@ impl fmt::Display for Error {
             Error::Os { what, errno } => write!(f, "{what} failed with OS error {errno}"),
             Error::Spawn { reason } => write!(f, "could not spawn a thread: {reason}"),
             Error::JoinSelf => write!(f, "a runtime thread cannot join itself"),
+            Error::ValueOutOfRange { what, value, min, max } if *max == usize::MAX => {
+                write!(f, "{what} is {value}, below the minimum of {min}")
+            }
+            Error::ValueOutOfRange { what, value, min, max } => {
+                write!(f, "{what} is {value}, outside the accepted range {min}..={max}")
+            }
         }
     }
 }

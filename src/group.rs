@@ -207,11 +207,16 @@ impl Group {
         self.inner.handles.load(Ordering::Acquire) == 0
     }
 
+    /// The most registrations the group can have at once (its CID space's hard size less one CID per core).
+    pub(crate) fn registration_limit(&self) -> usize {
+        MAX_BITS - self.inner.cores
+    }
+
     fn register_with(&self, handle: Group) -> Result<Registration, Error> {
         let inner = &*self.inner;
         let mut life = inner.life.lock();
         if !inner.bitmap.grow(life.users + 1 + inner.cores) {
-            return Err(Error::TooManyRegistrations { limit: MAX_BITS - inner.cores });
+            return Err(Error::TooManyRegistrations { limit: self.registration_limit() });
         }
         let rec = Arc::new(RegRec::new());
         let index = match life.free.pop() {
@@ -307,10 +312,7 @@ impl Group {
             return Err(Error::CpuOutOfRange { cpu, possible: inner.cores });
         }
         if !inner.virtual_cpus {
-            let allowed = CpuSet::current()?;
-            if let Some(cpu) = cpus.iter().find(|&c| !allowed.contains(c)) {
-                return Err(Error::CpuNotAllowed { cpu });
-            }
+            cpus.check_real()?;
         }
         let mut life = inner.life.lock();
         if life.allowed.union_with(cpus) {
@@ -389,6 +391,7 @@ impl GroupBuilder {
     /// The cores the group may use (default: the calling thread's affinity mask).
     pub fn cpus(mut self, cpus: CpuSet) -> Self {
         self.cpus = Some(cpus);
+        self.invalid = None; // the last call that sets the cores wins, a rejected one included
         self
     }
 
@@ -404,8 +407,8 @@ impl GroupBuilder {
     /// virtual cores is reported by [`build`](GroupBuilder::build).
     pub fn cpus_virtual<I: IntoIterator<Item = usize>>(mut self, cpus: I) -> Self {
         match CpuSet::below(cpus, MAX_CPUS) {
-            Ok(set) => self.cpus = Some(set),
-            Err(e) => self.invalid = Some(e),
+            Ok(set) => (self.cpus, self.invalid) = (Some(set), None),
+            Err(e) => (self.cpus, self.invalid) = (None, Some(e)),
         }
         self
     }
@@ -435,14 +438,36 @@ impl GroupBuilder {
         self
     }
 
-    /// Builds the group, validating the CPU set (I9).
+    /// Builds the group, validating the CPU set (I9). Of the calls that set the cores ([`GroupBuilder::cpus`],
+    /// [`GroupBuilder::cpus_virtual`]) the last one counts, a rejected one included.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::ZeroThreads`] for `virtual_cpus(0)`, [`Error::ValueOutOfRange`] for more than 65 536;
+    /// - [`Error::EmptyCpuSet`] for an empty set;
+    /// - [`Error::CpuOutOfRange`] for a CPU at or beyond the virtual cores, or (real cores) the machine's possible
+    ///   CPUs;
+    /// - real cores only: [`Error::CpuNotAllowed`] for a CPU outside the affinity masks of the calling thread and
+    ///   of the process's main thread, whatever constructor made the set;
+    /// - [`Error::Os`] if the calling thread's affinity mask cannot be read.
+    ///
+    /// ```
+    /// use mmcid::{Error, Group};
+    /// assert_eq!(Group::builder().virtual_cpus(4).cpus_virtual([4]).build().unwrap_err(),
+    ///            Error::CpuOutOfRange { cpu: 4, possible: 4 });
+    /// assert!(matches!(Group::builder().virtual_cpus(1 << 20).build(), Err(Error::ValueOutOfRange { .. })));
+    /// // Without `virtual_cpus` the cores are real: a CPU the machine cannot have is refused.
+    /// assert!(matches!(Group::builder().cpus_virtual([60_000]).build(), Err(Error::CpuOutOfRange { .. })));
+    /// ```
     pub fn build(self) -> Result<Group, Error> {
         if let Some(e) = self.invalid.clone() {
             return Err(e);
         }
         match self.virtual_cpus {
             Some(0) => Err(Error::ZeroThreads),
-            Some(n) if n > MAX_CPUS => Err(Error::CpuOutOfRange { cpu: n - 1, possible: MAX_CPUS }),
+            Some(n) if n > MAX_CPUS => {
+                Err(Error::ValueOutOfRange { what: "virtual_cpus", value: n, min: 1, max: MAX_CPUS })
+            }
             Some(n) => {
                 let cpus = self.cpus.clone().unwrap_or_else(|| CpuSet::raw(0..n));
                 if cpus.is_empty() {
@@ -458,13 +483,7 @@ impl GroupBuilder {
                     Some(c) => c,
                     None => CpuSet::current()?,
                 };
-                if cpus.is_empty() {
-                    return Err(Error::EmptyCpuSet);
-                }
-                let possible = sys::possible_cpus();
-                if let Some(cpu) = cpus.iter().find(|&c| c >= possible) {
-                    return Err(Error::CpuOutOfRange { cpu, possible });
-                }
+                cpus.check_real()?;
                 Ok(GroupBuilder { cpus: Some(cpus), ..self }.build_unchecked())
             }
         }

@@ -109,6 +109,9 @@ impl Default for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
+    /// The smallest stack [`RuntimeBuilder::stack_size`] accepts: 64 KiB.
+    pub const MIN_STACK_SIZE: usize = 64 * 1024;
+
     /// The cores threads are pinned to (default: the calling thread's affinity mask, [`CpuSet::current`]).
     pub fn cpus(mut self, cpus: CpuSet) -> Self {
         self.cpus = Some(cpus);
@@ -129,7 +132,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Stack size of the runtime's threads, in bytes (default: the `std::thread` default).
+    /// Stack size of the runtime's threads, in bytes (default: the `std::thread` default); at least
+    /// [`RuntimeBuilder::MIN_STACK_SIZE`], which leaves room for the thread's own start (pinning, registering)
+    /// in a debug build.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
         self
@@ -140,9 +145,12 @@ impl RuntimeBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::ZeroThreads`] for `threads_per_cpu(0)`;
+    /// - [`Error::ZeroThreads`] for `threads_per_cpu(0)`; [`Error::ValueOutOfRange`] when `threads_per_cpu` times
+    ///   the cores exceeds the registrations the group can hold, or for a stack below
+    ///   [`RuntimeBuilder::MIN_STACK_SIZE`];
     /// - [`Error::EmptyCpuSet`], [`Error::CpuOutOfRange`] (beyond the machine's possible CPUs) or
-    ///   [`Error::CpuNotAllowed`] (outside the calling thread's affinity mask) for the CPU set, re-checked here
+    ///   [`Error::CpuNotAllowed`] (outside the affinity masks of the calling thread and of the process's main
+    ///   thread) for the CPU set, re-checked here
     ///   whatever constructor made it (a [`CpuSet::virtual_set`] is accepted only if it names real cores);
     /// - [`Error::CpuNotInGroup`] when the given group may not use one of the runtime's cores;
     /// - [`Error::PinFailed`] when the OS refuses to pin a thread to a core, or the thread does not land there;
@@ -151,11 +159,15 @@ impl RuntimeBuilder {
         if self.threads_per_cpu == 0 {
             return Err(Error::ZeroThreads);
         }
+        if let Some(bytes) = self.stack_size.filter(|&b| b < Self::MIN_STACK_SIZE) {
+            let min = Self::MIN_STACK_SIZE;
+            return Err(Error::ValueOutOfRange { what: "stack_size", value: bytes, min, max: usize::MAX });
+        }
         let cpus = match self.cpus {
             Some(cpus) => cpus,
             None => CpuSet::current()?,
         };
-        validate_cpus(&cpus)?;
+        cpus.check_real()?;
         let group = match self.group {
             Some(group) => {
                 let allowed = group.cpus();
@@ -166,25 +178,13 @@ impl RuntimeBuilder {
             }
             None => Group::builder().cpus(cpus.clone()).build()?,
         };
+        let max = group.registration_limit() / cpus.len();
+        if self.threads_per_cpu > max {
+            return Err(Error::ValueOutOfRange { what: "threads_per_cpu", value: self.threads_per_cpu, min: 1, max });
+        }
         probe(&cpus)?;
         Ok(Runtime::unchecked(cpus, self.threads_per_cpu, group, self.stack_size))
     }
-}
-
-/// Re-validates a CPU set as real cores this thread may be pinned to (I9).
-fn validate_cpus(cpus: &CpuSet) -> Result<(), Error> {
-    if cpus.is_empty() {
-        return Err(Error::EmptyCpuSet);
-    }
-    let possible = sys::possible_cpus();
-    if let Some(cpu) = cpus.iter().find(|&c| c >= possible) {
-        return Err(Error::CpuOutOfRange { cpu, possible });
-    }
-    let allowed = CpuSet::current()?;
-    if let Some(cpu) = cpus.iter().find(|&c| !allowed.contains(c)) {
-        return Err(Error::CpuNotAllowed { cpu });
-    }
-    Ok(())
 }
 
 /// Pins one short-lived thread to each CPU, all at once; the first failure (in CPU order) is the answer.
@@ -325,7 +325,9 @@ impl Runtime {
 
     /// Runs `f` with a [`Scope`] whose threads may borrow from the caller's stack; every thread spawned in it is
     /// joined before `scope` returns. Built on [`std::thread::scope`]: if a scoped thread panicked (or could not be
-    /// pinned) and was not joined, `scope` panics after joining all of them.
+    /// pinned) and was not joined, `scope` panics after joining all of them. A thread the OS could not create at
+    /// all is reported by its handle's [`ScopedJoinHandle::join`] only: dropping that handle unjoined drops the
+    /// error with it.
     ///
     /// Unlike `std`, the scope is passed by value (it is `Copy`; move a copy into a thread to spawn from there).
     ///
@@ -350,6 +352,14 @@ impl Runtime {
         F: for<'scope> FnOnce(Scope<'scope, 'env>) -> R,
     {
         thread::scope(|s| f(Scope { inner: s, rt: self }))
+    }
+
+    /// What the OS said when a thread could not be spawned, with the stack size if it was set (the usual cause).
+    fn spawn_error(&self, e: std::io::Error) -> Error {
+        match self.stack_size {
+            Some(bytes) => Error::Spawn { reason: format!("{e} (with a stack of {bytes} bytes)") },
+            None => Error::Spawn { reason: e.to_string() },
+        }
     }
 
     /// Chooses a core, takes a seat on it and prepares the thread builder.
@@ -392,7 +402,7 @@ impl Runtime {
             }
             Err(e) => {
                 // The closure, seat included, was dropped by the failed spawn.
-                packet.put(Err(Box::new(Error::Spawn { reason: e.to_string() })));
+                packet.put(Err(Box::new(self.spawn_error(e))));
                 None
             }
         };
@@ -653,8 +663,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     {
         let Launch { builder, start } = self.rt.prepare(pos);
         let (cpu, index) = (start.cpu, start.index);
-        let inner =
-            builder.spawn_scoped(self.inner, move || start.run(f)).map_err(|e| Error::Spawn { reason: e.to_string() });
+        let inner = builder.spawn_scoped(self.inner, move || start.run(f)).map_err(|e| self.rt.spawn_error(e));
         ScopedJoinHandle { inner, cpu, index }
     }
 }

@@ -298,10 +298,21 @@ mod imp {
 
     /// The calling thread's affinity mask as a list of CPUs.
     pub(crate) fn affinity() -> Result<Vec<usize>, i32> {
+        affinity_of(0)
+    }
+
+    /// The affinity mask of the process's main thread (the thread whose id is the process id): what threads the
+    /// process starts inherit unless something narrowed them.
+    pub(crate) fn main_thread_affinity() -> Result<Vec<usize>, i32> {
+        // SAFETY: getpid has no preconditions.
+        affinity_of(unsafe { libc::getpid() })
+    }
+
+    fn affinity_of(tid: libc::pid_t) -> Result<Vec<usize>, i32> {
         // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         // SAFETY: the pointer and size describe `set`, which lives across the call.
-        let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
         if rc != 0 {
             return Err(errno());
         }
@@ -417,6 +428,9 @@ mod imp {
     }
     pub(crate) fn affinity() -> Result<Vec<usize>, i32> {
         Ok(vec![0, 1])
+    }
+    pub(crate) fn main_thread_affinity() -> Result<Vec<usize>, i32> {
+        affinity()
     }
     #[allow(dead_code)] // only the runtime pins, and loom builds leave it out
     #[allow(dead_code)]

@@ -502,7 +502,18 @@ fn i9_bad_input() {
     let possible = Group::new().cores();
     assert!(matches!(CpuSet::from_cpus([possible]), Err(Error::CpuOutOfRange { .. })));
     assert_eq!(Group::builder().virtual_cpus(0).build().unwrap_err(), Error::ZeroThreads);
-    assert!(matches!(Group::builder().virtual_cpus(1 << 20).build(), Err(Error::CpuOutOfRange { .. })));
+    for n in [65_537, 1 << 20, usize::MAX] {
+        let err = Group::builder().virtual_cpus(n).build().unwrap_err();
+        assert_eq!(err, Error::ValueOutOfRange { what: "virtual_cpus", value: n, min: 1, max: 65_536 });
+        assert!(err.to_string().contains(&format!("virtual_cpus is {n}")), "{err}");
+    }
+    // The last call that sets the cores counts, a rejected one included.
+    let fixed = Group::builder().virtual_cpus(4).cpus_virtual([70_000]).cpus_virtual([0]).build().unwrap();
+    assert_eq!(fixed.cpus(), CpuSet::virtual_set([0]).unwrap());
+    let broke = Group::builder().virtual_cpus(4).cpus_virtual([1]).cpus_virtual([70_000]).build();
+    assert!(matches!(broke, Err(Error::CpuOutOfRange { cpu: 70_000, .. })), "{broke:?}");
+    let real = Group::builder().cpus_virtual([]).cpus(CpuSet::current().unwrap()).build().unwrap();
+    assert_eq!(real.cpus(), CpuSet::current().unwrap());
     assert_eq!(
         Group::builder().virtual_cpus(2).cpus_virtual([5]).build().unwrap_err(),
         Error::CpuOutOfRange { cpu: 5, possible: 2 }

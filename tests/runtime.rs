@@ -291,6 +291,32 @@ fn scoped_panics_propagate_too() {
 #[test]
 fn bad_input_is_a_typed_error() {
     assert_eq!(Runtime::builder().threads_per_cpu(0).build().unwrap_err(), Error::ZeroThreads);
+    // A thread count the group could never register: refused before `capacity()` could overflow.
+    for n in [usize::MAX, usize::MAX / 2 + 1, 1 << 40] {
+        match Runtime::builder().threads_per_cpu(n).build() {
+            Err(Error::ValueOutOfRange { what: "threads_per_cpu", value, min: 1, max }) => {
+                assert_eq!(value, n);
+                assert!(max >= 1 && max < n);
+            }
+            other => panic!("threads_per_cpu({n}): expected ValueOutOfRange, got {other:?}"),
+        }
+    }
+    // A stack too small for the thread's own start: refused at build, not a stack overflow in the thread.
+    let min = mmcid::RuntimeBuilder::MIN_STACK_SIZE;
+    for bytes in [0, 16 * 1024, min - 1] {
+        let err = Runtime::builder().stack_size(bytes).build().unwrap_err();
+        assert_eq!(err, Error::ValueOutOfRange { what: "stack_size", value: bytes, min, max: usize::MAX });
+        assert!(err.to_string().contains("stack_size"), "{err}");
+    }
+    let rt = Runtime::builder().stack_size(min).build().unwrap();
+    let (cpu, cid) = rt.spawn(|ctx| (ctx.cpu(), ctx.enter().cid().get())).join().unwrap();
+    assert!(rt.cpus().contains(cpu));
+    assert_eq!(cid, 0, "the only registration of the group");
+    // A stack the OS cannot give: the spawn error says which size it was.
+    let rt = Runtime::builder().stack_size(usize::MAX).build().unwrap();
+    let err = *rt.spawn(|_| ()).join().unwrap_err().downcast::<Error>().unwrap();
+    assert!(matches!(&err, Error::Spawn { reason } if reason.contains(&usize::MAX.to_string())), "{err}");
+    assert_eq!(rt.group().users(), 0);
     // An empty set cannot even be made: every public constructor refuses it.
     assert_eq!(CpuSet::from_cpus([]).unwrap_err(), Error::EmptyCpuSet);
     assert_eq!(CpuSet::virtual_set([]).unwrap_err(), Error::EmptyCpuSet);
@@ -322,18 +348,73 @@ fn bad_input_is_a_typed_error() {
         Error::CpuNotInGroup { cpu: cpus[1] }
     );
     assert_eq!(small.users(), 0);
-    // Inside a runtime thread the affinity mask is one core: a set made outside names cores it may not use.
+    // Inside a runtime thread the thread's mask is one core, but the process may still run on the others (the
+    // main thread's mask has them): naming them is no error. The defaults stay the thread's own mask.
     let rt = Runtime::builder().cpus(CpuSet::from_cpus([cpus[0]]).unwrap()).build().unwrap();
-    let (inner, default) = rt
+    let (inner, named, widened, default) = rt
         .spawn(move |_| {
-            let inner = Runtime::builder().cpus(all).build().map(|_| ());
+            let inner = Runtime::builder().cpus(all.clone()).build().map(|rt| rt.cpus().clone());
+            let named = CpuSet::from_cpus(all.iter());
+            let widened = Group::new().set_cpus_allowed(&all);
             let default = Runtime::new().map(|rt| rt.cpus().clone());
-            (inner, default)
+            (inner, named, widened, default)
         })
         .join()
         .unwrap();
-    assert_eq!(inner, Err(Error::CpuNotAllowed { cpu: cpus[1] }));
+    assert_eq!(inner, Ok(CpuSet::current().unwrap()));
+    assert_eq!(named, Ok(CpuSet::current().unwrap()));
+    assert_eq!(widened, Ok(()));
     assert_eq!(default.unwrap(), CpuSet::from_cpus([cpus[0]]).unwrap(), "default: the thread's mask");
+}
+
+/// I9 for the whole process: with every thread of the process pinned to one CPU (a child process of this test,
+/// narrowed before `exec`, so its main thread too), a second CPU is refused by every path that takes real cores,
+/// whatever constructor made the set; virtual groups do not care.
+#[test]
+fn a_cpu_outside_every_mask_is_refused_by_every_path() {
+    const CHILD: &str = "MMCID_TEST_ONE_CPU_CHILD";
+    const NAME: &str = "a_cpu_outside_every_mask_is_refused_by_every_path";
+    if let Some(arg) = std::env::var_os(CHILD) {
+        let other: usize = arg.to_str().and_then(|s| s.parse().ok()).expect("the parent passes a CPU number");
+        assert_eq!(CpuSet::current().unwrap().len(), 1, "the child runs on one CPU");
+        let refused: Result<(), Error> = Err(Error::CpuNotAllowed { cpu: other });
+        let virt = CpuSet::virtual_set([other]).unwrap();
+        assert_eq!(CpuSet::from_cpus([other]).map(|_| ()), refused);
+        assert_eq!(Group::builder().cpus(virt.clone()).build().map(|_| ()), refused);
+        assert_eq!(Group::builder().cpus_virtual([other]).build().map(|_| ()), refused);
+        assert_eq!(Group::new().set_cpus_allowed(&virt), refused);
+        assert_eq!(Runtime::builder().cpus(virt).build().map(|_| ()), refused);
+        assert!(Group::builder().virtual_cpus(other + 1).cpus_virtual([other]).build().is_ok());
+        println!("child: every path refused CPU {other}");
+        return;
+    }
+    let cpus: Vec<usize> = CpuSet::current().unwrap().iter().collect();
+    if cpus.len() < 2 {
+        eprintln!("one core only: nothing to refuse");
+        return;
+    }
+    let (first, other) = (cpus[0], cpus[1]);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.args(["--exact", NAME, "--nocapture", "--test-threads=1"]).env(CHILD, other.to_string());
+    // SAFETY: the hook runs in the forked child before exec and only makes one system call
+    // (sched_setaffinity is async-signal-safe) on a set it owns.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut child, move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(first, &mut set);
+            match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let out = child.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(&format!("child: every path refused CPU {other}")),
+        "the child skipped its checks:\n{stdout}"
+    );
 }
 
 #[test]
