@@ -18,9 +18,9 @@ use std::fmt;
 /// update enters in place: it borrows the core's CID (a sequence, or one CAS without rseq), and when that CID is
 /// held by a thread descheduled inside its guard it takes a temporary CID (two bitmap RMWs on the core's lane).
 ///
-/// Memory follows real concurrency: shards are allocated on first use of a CID, so in steady state there are at
-/// most [`Group::max_cids`] of them (I2) — at most the number of cores the group may use — where a thread-id
-/// keyed counter has one per thread that ever counted. Without rseq, a thread descheduled inside an update makes
+/// Memory follows real concurrency: shards are allocated on first use of a CID and kept, and in steady state
+/// CIDs stay below [`Group::max_cids`] (I2), so there are as many as the most CIDs in use at once — at most the
+/// number of cores the group may use — where a thread-id keyed counter has one per thread that ever counted. Without rseq, a thread descheduled inside an update makes
 /// the next thread on its core take a temporary CID, which may add a shard beyond `max_cids` (never beyond the
 /// group's hard CID bound); so may guards of the group's other users. Shards are kept until the counter drops.
 ///
@@ -43,7 +43,7 @@ use std::fmt;
 ///     }
 /// });
 /// assert_eq!(hits.sum(), 4000);
-/// assert!(hits.shards_allocated() <= 4);
+/// assert!(hits.shards_allocated() <= 4 + group.cores()); // I2's hard bound: users + cores
 /// ```
 pub struct ShardedCounter {
     group: Group,
@@ -77,7 +77,9 @@ impl ShardedCounter {
     /// Cost: an enter and exit of the group plus a load and a store on this CID's own shard; in rseq groups in
     /// per-CPU mode usually one restartable sequence instead (load, add, store; no enter, no exit). A thread that
     /// already holds a guard of the group should use [`add_with`](ShardedCounter::add_with): a nested
-    /// `Group::enter` takes a second registration.
+    /// `Group::enter` takes a second registration. Like [`Group::enter`], not for signal handlers or a
+    /// `#[global_allocator]`, and it panics where `Group::enter` does; use [`add_with`](ShardedCounter::add_with)
+    /// with a guard of a registration prepared beforehand there.
     ///
     /// ```
     /// let counter = mmcid::ShardedCounter::new(&mmcid::Group::new());
@@ -211,8 +213,9 @@ impl ShardedCounter {
         }
     }
 
-    /// Number of shards allocated so far: one per CID that ever counted (at most [`Group::max_cids`] in steady
-    /// state, I2). Shards are freed when the counter drops.
+    /// Number of shards allocated so far: one per CID that ever counted (in steady state CIDs stay below
+    /// [`Group::max_cids`], I2, so at most the largest `max_cids` while the counter was used). Shards are freed
+    /// when the counter drops.
     pub fn shards_allocated(&self) -> usize {
         self.shards.shards_allocated()
     }

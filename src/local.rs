@@ -288,6 +288,19 @@ impl Group {
     /// [`Group::leave_thread`], or, once every handle of the group is dropped, next uses another group. Nested
     /// calls on one thread get distinct CIDs (a second registration is made).
     ///
+    /// "Thread exit" means the thread's thread-local destructors: a thread of [`std::thread::scope`] may still be
+    /// running them after the scope returns (join its handle, or call [`Group::leave_thread`] at the end of its
+    /// closure, to count on [`Group::users`] right after).
+    ///
+    /// Not for signal handlers or a `#[global_allocator]`: a thread's first call allocates its registration, and
+    /// a handler that interrupts the thread's own `enter` can leak one. Give those a [`Registration`] of their own
+    /// and use [`Registration::enter`].
+    ///
+    /// # Panics
+    ///
+    /// If the thread needs a new registration (first call, or nested calls) and the group already has its maximum
+    /// (about a million, [`Group::try_register`]).
+    ///
     /// ```
     /// let group = mmcid::Group::new();
     /// let outer = group.enter();
@@ -305,7 +318,18 @@ impl Group {
     }
 
     /// Unregisters the calling thread's pooled registrations of this group now instead of at thread exit;
-    /// returns how many there were.
+    /// returns how many there were. A guard of [`Group::enter`] still live on the thread keeps its registration,
+    /// which is parked again when the guard drops: call this after dropping them.
+    ///
+    /// ```
+    /// let group = mmcid::Group::new();
+    /// drop(group.enter());
+    /// let live = group.enter();
+    /// assert_eq!(group.leave_thread(), 0); // the one registration is in use by `live`
+    /// drop(live);
+    /// assert_eq!(group.leave_thread(), 1);
+    /// assert_eq!(group.users(), 0);
+    /// ```
     pub fn leave_thread(&self) -> usize {
         forget(self)
     }

@@ -72,8 +72,9 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 ///
 /// Each shard is cache-padded ([`CachePadded`]: 128 bytes on x86_64 and aarch64, so neighbouring shards never
 /// share a cache line or an adjacent-line prefetch pair) and allocated the first time a guard carrying its CID
-/// asks for it; shards never move. In steady state CIDs stay below [`Group::max_cids`] (I2), so a `PerCid`
-/// holds at most `max_cids` shards, where thread-id keyed storage holds one per thread that ever touched it. A
+/// asks for it; shards never move and are kept until the `PerCid` drops. In steady state CIDs stay below
+/// [`Group::max_cids`] (I2), so the shards are as many as the most CIDs in use at once while the data was used
+/// — bounded by the group's cores — where thread-id keyed storage holds one per thread that ever touched it. A
 /// thread descheduled inside its guard can make another take a temporary CID, which may add a shard beyond
 /// `max_cids`; the hard bound is the group's CID space.
 ///
@@ -102,7 +103,7 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 /// let mut all: Vec<u32> = lists.iter_visited().flat_map(|(_cid, v)| v.drain(..)).collect();
 /// all.sort();
 /// assert_eq!(all, [0, 1, 2, 3]);
-/// assert!(lists.shards_allocated() <= 4);
+/// assert!(lists.shards_allocated() <= 4 + group.cores()); // I2's hard bound: users + cores
 /// ```
 ///
 /// Thread-safety follows `T: Send`, like `Mutex<T>`:
