@@ -178,9 +178,15 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if compare && policy.is_some() {
+        return Err("--compare runs every policy: drop --policy, or --compare for a single run".into());
+    }
     let compare = compare || policy.is_none();
     if !compare && groups_list.is_some() {
         return Err("--groups-list needs --compare".into());
+    }
+    if groups_list.is_some() && groups.is_some() {
+        return Err("-g and --groups-list both give the group counts: use one".into());
     }
     let groups = match (compare, groups_list, groups) {
         (true, Some(list), _) => list,
@@ -329,6 +335,15 @@ impl Channel {
         }
     }
 
+    /// Shuts both directions of a socket pair, so blocked readers see end-of-file and writers an error; a pipe
+    /// is left as it is.
+    fn shutdown(&self) {
+        if let Channel::Socket { rx, tx } = self {
+            let _ = rx.shutdown(std::net::Shutdown::Both);
+            let _ = tx.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
     fn read_exact(&self, buf: &mut [u8]) -> std::io::Result<()> {
         match self {
             Channel::Socket { rx, .. } => (&*rx).read_exact(buf),
@@ -346,10 +361,15 @@ struct Start {
 }
 
 impl Start {
-    /// Returns false if the run was aborted before go.
-    fn ready_and_wait(&self) -> bool {
+    /// Counts the worker ready (`ok`) or failed (`!ok`: aborts the run), then waits for go. Returns false if the
+    /// run was aborted before go.
+    fn ready_and_wait(&self, ok: bool) -> bool {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.0 += 1;
+        if !ok {
+            s.2 = true;
+            self.go.notify_all();
+        }
         self.ready.notify_one();
         while !s.1 && !s.2 {
             s = self.go.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -357,17 +377,21 @@ impl Start {
         s.1
     }
 
-    /// Waits until `n` workers are ready, then lets them go; returns the start instant and process CPU time.
-    fn wait_ready_then_go(&self, n: usize) -> (Instant, f64) {
+    /// Waits until `n` workers are ready, then lets them go; returns the start instant and process CPU time, or
+    /// None as soon as a worker failed (the others then return without running).
+    fn wait_ready_then_go(&self, n: usize) -> Option<(Instant, f64)> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while s.0 < n {
+        while s.0 < n && !s.2 {
             s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        if s.2 {
+            return None;
         }
         let cpu = process_cpu_s();
         let start = Instant::now();
         s.1 = true;
         self.go.notify_all();
-        (start, cpu)
+        Some((start, cpu))
     }
 
     fn abort(&self) {
@@ -426,13 +450,20 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
                 (Arc::clone(&policy), Arc::clone(&data), Arc::clone(&start), Arc::clone(&channels));
             let cpu = (!run.cpus.is_empty()).then(|| run.cpus[handles.len() % run.cpus.len()]);
             let body = move || -> std::io::Result<()> {
-                if let Some(id) = cpu {
-                    core_affinity::set_for_current(core_affinity::CoreId { id });
-                }
+                let pinned = cpu.map_or(true, |id| core_affinity::set_for_current(core_affinity::CoreId { id }));
                 let mut thread = policy.thread(cpu);
-                if !start.ready_and_wait() {
-                    return Ok(());
+                if !start.ready_and_wait(pinned) {
+                    return match (pinned, cpu) {
+                        (false, Some(id)) => Err(std::io::Error::other(format!("cannot pin a worker to CPU {id}"))),
+                        _ => Ok(()), // another worker failed
+                    };
                 }
+                // An I/O error ends this worker: shut the group's sockets so that its peers blocked on them see
+                // end-of-file instead of waiting forever (pipes cannot be shut from here).
+                let fail = |e: std::io::Error| {
+                    channels.iter().for_each(Channel::shutdown);
+                    e
+                };
                 let mut buf = vec![0x5a_u8; size];
                 if role < fds {
                     // Receiver `role`: F × L messages from its own channel (two loops: no product to overflow).
@@ -441,10 +472,10 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
                         for _ in 0..loops {
                             if io_inside {
                                 let mut guard = policy.enter(&mut thread);
-                                channel.read_exact(&mut buf)?;
+                                channel.read_exact(&mut buf).map_err(fail)?;
                                 P::record(&data, &mut guard, size);
                             } else {
-                                channel.read_exact(&mut buf)?;
+                                channel.read_exact(&mut buf).map_err(fail)?;
                                 P::record(&data, &mut policy.enter(&mut thread), size);
                             }
                         }
@@ -456,10 +487,10 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
                             if io_inside {
                                 let mut guard = policy.enter(&mut thread);
                                 P::record(&data, &mut guard, size);
-                                channel.write_all(&buf)?;
+                                channel.write_all(&buf).map_err(fail)?;
                             } else {
                                 P::record(&data, &mut policy.enter(&mut thread), size);
-                                channel.write_all(&buf)?;
+                                channel.write_all(&buf).map_err(fail)?;
                             }
                         }
                     }
@@ -482,7 +513,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
         }
         return Err(e);
     }
-    let (t0, cpu0) = start.wait_ready_then_go(tasks);
+    let began = start.wait_ready_then_go(tasks);
     let mut first_error = None;
     for h in handles {
         match h.join() {
@@ -491,6 +522,9 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
             Err(_) => first_error = first_error.or(Some("worker panicked".to_string())),
         }
     }
+    let Some((t0, cpu0)) = began else {
+        return Err(first_error.unwrap_or_else(|| "a worker failed before go".into()));
+    };
     let elapsed = t0.elapsed();
     let cpu = process_cpu_s() - cpu0;
     if let Some(e) = first_error {
@@ -797,6 +831,46 @@ mod tests {
         assert!(common::median_ci_coverage(cfg.repeats, 3) < CI_LEVEL);
     }
 
+    /// A worker that fails before go (e.g. cannot be pinned) aborts the start at once: the main thread does not
+    /// wait for the rest, and workers that come later return without running.
+    #[test]
+    fn a_failed_worker_aborts_the_start() {
+        let start = Arc::new(Start::default());
+        let early = {
+            let start = Arc::clone(&start);
+            std::thread::spawn(move || start.ready_and_wait(true))
+        };
+        assert!(!start.ready_and_wait(false));
+        assert!(start.wait_ready_then_go(3).is_none(), "2 of 3 workers: must not wait for the third");
+        assert!(!early.join().unwrap(), "a worker waiting for go is released without running");
+        assert!(!start.ready_and_wait(true), "a late worker does not run");
+        let ok = Start::default();
+        let waiter = std::thread::scope(|s| {
+            let w = s.spawn(|| ok.ready_and_wait(true));
+            assert!(ok.wait_ready_then_go(1).is_some());
+            w.join().unwrap()
+        });
+        assert!(waiter, "without a failure the worker goes");
+    }
+
+    /// The shutdown that an I/O error triggers releases a reader blocked on the group's socket.
+    #[test]
+    fn shutdown_releases_a_blocked_reader() {
+        let channel = Arc::new(Channel::new(false).unwrap());
+        if let Channel::Socket { rx, .. } = &*channel {
+            // Without the shutdown the read ends in a timeout error, not end-of-file: the test fails, never hangs.
+            rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        let reader = {
+            let channel = Arc::clone(&channel);
+            std::thread::spawn(move || channel.read_exact(&mut [0u8; 8]))
+        };
+        std::thread::sleep(Duration::from_millis(50)); // let it block (the test holds either way)
+        channel.shutdown();
+        let err = reader.join().unwrap().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
     #[test]
     fn bad_input_is_a_typed_error() {
         for words in [
@@ -817,6 +891,8 @@ mod tests {
             &["-g", "1", "-f", "2", "-l", "9223372036854775808"],
             &["-g", "1", "-f", "1", "-l", "18446744073709551615"],
             &["--repeats", "18446744073709551615"],
+            &["--compare", "--policy", "mmcid"],
+            &["-g", "2", "--groups-list", "1,2"],
         ] {
             assert!(parse(words).is_err(), "{words:?} was accepted");
         }

@@ -54,7 +54,7 @@ usage: thread_pools [options]
       --json FILE        write the results as JSON (the file is created before the run)
   -h, --help             this text
 
-pools x threads is at most 8192 short-lived threads at once.
+pools x (threads + 1) is at most 8192 threads at once (each pool thread and its short-lived threads).
 
 With no options: --compare on two configurations: 8 pools x 8 threads on this machine's cores, and 2 pools x 16
 threads with 8 virtual cores (per-CPU mode when more than 8 threads are registered, back to per-task below 4), so
@@ -148,12 +148,16 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if compare && policy.is_some() {
+        return Err("--compare runs every policy: drop --policy, or --compare for a single run".into());
+    }
     let compare = compare || policy.is_none();
-    let policy = if compare { None } else { policy };
     let defaults = pools.is_none() && threads.is_none() && vcpus.is_none();
     let (pools, threads) = (pools.unwrap_or(8), threads.unwrap_or(8));
-    if pools.saturating_mul(threads) > MAX_THREADS {
-        return Err(format!("{pools} pools x {threads} threads: at most {MAX_THREADS} threads at once"));
+    if pools.saturating_mul(threads.saturating_add(1)) > MAX_THREADS {
+        return Err(format!(
+            "{pools} pools x ({threads} threads + the pool's own): at most {MAX_THREADS} threads at once"
+        ));
     }
     if let Some(v) = vcpus.filter(|&v| v > MAX_VIRTUAL_CPUS) {
         return Err(format!("--virtual-cpus {v}: at most {MAX_VIRTUAL_CPUS} (mmcid's limit)"));
@@ -575,6 +579,8 @@ mod tests {
             &["-p", "8193", "-t", "1"],
             &["-p", "1", "-t", "8193"],
             &["--repeats", "18446744073709551615"],
+            &["--compare", "--policy", "mmcid"],
+            &["-p", "1", "-t", "18446744073709551615"],
         ] {
             assert!(parse(words).is_err(), "{words:?} was accepted");
         }
@@ -582,9 +588,11 @@ mod tests {
 
     #[test]
     fn limits_are_inclusive() {
-        let cfg = parse(&["-p", "8192", "-t", "1", "--virtual-cpus", "65536"]).unwrap().unwrap();
-        assert_eq!((cfg.setups[0].pools, cfg.setups[0].virtual_cpus), (8192, Some(MAX_VIRTUAL_CPUS)));
-        assert!(parse(&["-p", "64", "-t", "128"]).is_ok());
+        let cfg = parse(&["-p", "4096", "-t", "1", "--virtual-cpus", "65536"]).unwrap().unwrap();
+        assert_eq!((cfg.setups[0].pools, cfg.setups[0].virtual_cpus), (4096, Some(MAX_VIRTUAL_CPUS)));
+        assert!(parse(&["-p", "4097", "-t", "1"]).is_err(), "4097 pool threads + 4097 short-lived ones");
+        assert!(parse(&["-p", "64", "-t", "127"]).is_ok());
+        assert!(parse(&["-p", "64", "-t", "128"]).is_err());
         let e = parse(&["--virtual-cpus", "18446744073709551615"]).unwrap_err();
         assert!(e.contains("65536"), "{e}");
     }
