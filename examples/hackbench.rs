@@ -547,9 +547,9 @@ fn run_one(policy: usize, run: &Run) -> Result<((Duration, f64), Option<mmcid::S
     let t = match POLICIES[policy] {
         "none" => run_policy(NoCid::new(), run),
         "mutex" => run_policy(MutexCids::new(), run),
-        "bitmap" => run_policy(BitmapCids::new(capacity), run),
-        "lazy-all" => run_policy(LazyCids::new(Scan::All, capacity), run),
-        "lazy-visited" => run_policy(LazyCids::new(Scan::Visited, capacity), run),
+        "bitmap" => run_policy(BitmapCids::new(capacity).map_err(|e| e.to_string())?, run),
+        "lazy-all" => run_policy(LazyCids::new(Scan::All, capacity).map_err(|e| e.to_string())?, run),
+        "lazy-visited" => run_policy(LazyCids::new(Scan::Visited, capacity).map_err(|e| e.to_string())?, run),
         _ => {
             let group = Group::new();
             let t = run_policy(MmCid::new(group.clone()), run)?;

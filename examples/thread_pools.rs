@@ -316,14 +316,14 @@ fn run_one(policy: usize, setup: Setup, seconds: f64) -> Result<Outcome, String>
         if let Some(v) = setup.virtual_cpus {
             config.cores = v;
         }
-        LazyCids::with_config(config)
+        LazyCids::with_config(config).map_err(|e| e.to_string())
     };
     Ok(match POLICIES[policy] {
         "none" => run_policy(NoCid::new(), setup, seconds)?,
         "mutex" => run_policy(MutexCids::new(), setup, seconds)?,
-        "bitmap" => run_policy(BitmapCids::new(capacity), setup, seconds)?,
-        "lazy-all" => run_policy(lazy(Scan::All), setup, seconds)?,
-        "lazy-visited" => run_policy(lazy(Scan::Visited), setup, seconds)?,
+        "bitmap" => run_policy(BitmapCids::new(capacity).map_err(|e| e.to_string())?, setup, seconds)?,
+        "lazy-all" => run_policy(lazy(Scan::All)?, setup, seconds)?,
+        "lazy-visited" => run_policy(lazy(Scan::Visited)?, setup, seconds)?,
         _ => {
             let group = match setup.virtual_cpus {
                 Some(v) => Group::builder().virtual_cpus(v).build().map_err(|e| format!("--virtual-cpus {v}: {e}"))?,

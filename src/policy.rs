@@ -20,7 +20,7 @@
 //! ```
 //! use mmcid::policy::{BitmapCids, Policy, PolicyGuard};
 //!
-//! let policy = BitmapCids::new(4);
+//! let policy = BitmapCids::new(4)?;
 //! let mut a = policy.thread(None);
 //! let mut b = policy.thread(None);
 //! let ga = policy.enter(&mut a);
@@ -28,9 +28,10 @@
 //! assert_ne!(ga.cid(), gb.cid());
 //! drop((ga, gb));
 //! assert_eq!(policy.cids_in_use(), 0);
+//! # Ok::<(), mmcid::Error>(())
 //! ```
 
-use crate::{CidGuard, Group, Registration};
+use crate::{CidGuard, Error, Group, Registration};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::marker::PhantomData;
@@ -274,8 +275,13 @@ pub struct BitmapCids {
 impl BitmapCids {
     /// A policy for at most `capacity` guards alive at once (an enter beyond that yields until a guard is
     /// dropped, like the kernel's retry).
-    pub fn new(capacity: usize) -> BitmapCids {
-        BitmapCids { bits: AtomicBits::new(capacity) }
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ValueOutOfRange`] for a capacity of 0 or above [`MAX_CAPACITY`].
+    pub fn new(capacity: usize) -> Result<BitmapCids, Error> {
+        check("capacity", capacity, MAX_CAPACITY)?;
+        Ok(BitmapCids { bits: AtomicBits::new(capacity) })
     }
 }
 
@@ -333,6 +339,17 @@ pub enum Scan {
     Visited,
 }
 
+/// The most guards a [`BitmapCids`] or [`LazyCids`] can be sized for: mmcid's own CID space (2^20).
+pub const MAX_CAPACITY: usize = crate::bitmap::MAX_BITS;
+
+/// `value` in `1..=max`, else the typed error naming `what`.
+fn check(what: &'static str, value: usize, max: usize) -> Result<(), Error> {
+    match value {
+        1.. if value <= max => Ok(()),
+        _ => Err(Error::ValueOutOfRange { what, value, min: 1, max }),
+    }
+}
+
 /// Settings of a [`LazyCids`] policy.
 #[derive(Clone, Copy, Debug)]
 pub struct LazyConfig {
@@ -340,7 +357,8 @@ pub struct LazyConfig {
     pub scan: Scan,
     /// The most guards alive at once (sizes the bitmap together with `cores`).
     pub capacity: usize,
-    /// Number of core slots (default: the machine's configured cores); threads map to `cpu % cores`.
+    /// Number of core slots (default: the machine's configured cores; at most 65 536); threads map to
+    /// `cpu % cores`.
     pub cores: usize,
     /// Compaction period (kernel: 100 ms).
     pub period: Duration,
@@ -387,17 +405,25 @@ pub struct LazyCids {
 }
 
 impl LazyCids {
-    /// A policy with kernel defaults ([`LazyConfig::new`]) for at most `capacity` guards alive at once.
-    pub fn new(scan: Scan, capacity: usize) -> LazyCids {
+    /// A policy with kernel defaults ([`LazyConfig::new`]) for at most `capacity` guards alive at once; errors as
+    /// [`LazyCids::with_config`].
+    pub fn new(scan: Scan, capacity: usize) -> Result<LazyCids, Error> {
         LazyCids::with_config(LazyConfig::new(scan, capacity))
     }
 
     /// A policy with explicit settings.
-    pub fn with_config(config: LazyConfig) -> LazyCids {
-        let cores = config.cores.max(1);
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ValueOutOfRange`] for a capacity of 0 or above [`MAX_CAPACITY`] less the cores, or for 0 or more
+    /// than 65 536 cores (CIDs come from `capacity + cores` bits).
+    pub fn with_config(config: LazyConfig) -> Result<LazyCids, Error> {
+        let cores = config.cores;
+        check("cores", cores, crate::group::MAX_CPUS)?;
+        check("capacity", config.capacity, MAX_CAPACITY - cores)?;
         crate::sys::rseq::probe(); // the same core lookup as mmcid's (`current_cpu`)
         let period_ns = u64::try_from(config.period.as_nanos()).unwrap_or(u64::MAX);
-        LazyCids {
+        Ok(LazyCids {
             slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
             bits: AtomicBits::new(config.capacity + cores),
             visited: (0..cores.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
@@ -408,7 +434,7 @@ impl LazyCids {
             next_scan: CachePadded::new(AtomicU64::new(period_ns)),
             scans: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
-        }
+        })
     }
 
     /// Compaction scans run so far.

@@ -3,7 +3,7 @@
 //! guards, more threads than cores, threads made and dropped in rounds).
 
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
-use mmcid::Group;
+use mmcid::{Error, Group};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -115,6 +115,7 @@ fn all_at_once<P: Policy + 'static>(policy: Arc<P>) -> usize {
 fn lazy_stressed(scan: Scan) -> LazyCids {
     // Compaction on every 2nd enter with a zero period: the scan races with borrowers all the time.
     LazyCids::with_config(LazyConfig { scan, capacity: THREADS, cores: 4, period: Duration::ZERO, check_every: 2 })
+        .unwrap()
 }
 
 #[test]
@@ -187,7 +188,7 @@ fn mutex_hands_out_the_smallest_free_id() {
 
 #[test]
 fn bitmap_is_exclusive() {
-    let p = Arc::new(BitmapCids::new(THREADS));
+    let p = Arc::new(BitmapCids::new(THREADS).unwrap());
     assert_eq!(all_at_once(Arc::clone(&p)), 0);
     assert_eq!(churn(Arc::clone(&p)), 0);
     assert_eq!(p.cids_in_use(), 0);
@@ -195,7 +196,7 @@ fn bitmap_is_exclusive() {
 
 #[test]
 fn bitmap_spans_words() {
-    let p = BitmapCids::new(130);
+    let p = BitmapCids::new(130).unwrap();
     let mut threads: Vec<()> = vec![(); 130];
     let guards: Vec<_> = threads.iter_mut().map(|t| p.enter(t)).collect();
     let mut cids: Vec<usize> = guards.iter().map(|g| g.cid()).collect();
@@ -238,7 +239,8 @@ fn lazy_keeps_the_core_cid_and_compaction_ages_it() {
         cores: 4,
         period: Duration::from_secs(3600),
         check_every: 1,
-    });
+    })
+    .unwrap();
     let mut a = p.thread(Some(2));
     let mut b = p.thread(Some(2));
     let first = p.enter(&mut a).cid();
@@ -269,7 +271,8 @@ fn lazy_visited_scans_only_used_cores() {
         cores: 256,
         period: Duration::from_secs(3600),
         check_every: 1,
-    });
+    })
+    .unwrap();
     let mut t = p.thread(Some(200));
     drop(p.enter(&mut t));
     p.compact();
@@ -299,8 +302,25 @@ fn mmcid_is_exclusive_in_per_cpu_mode() {
 fn names() {
     assert_eq!(NoCid::new().name(), "none");
     assert_eq!(MutexCids::new().name(), "mutex");
-    assert_eq!(BitmapCids::new(1).name(), "bitmap");
-    assert_eq!(LazyCids::new(Scan::All, 1).name(), "lazy-all");
-    assert_eq!(LazyCids::new(Scan::Visited, 1).name(), "lazy-visited");
+    assert_eq!(BitmapCids::new(1).unwrap().name(), "bitmap");
+    // Sizes the policies cannot hold: a typed error, not an aborted allocation or CIDs beyond the slot mask.
+    let max = mmcid::policy::MAX_CAPACITY;
+    for capacity in [0, max + 1, usize::MAX] {
+        let want = Error::ValueOutOfRange { what: "capacity", value: capacity, min: 1, max };
+        assert_eq!(BitmapCids::new(capacity).unwrap_err(), want);
+    }
+    let lazy = |capacity, cores| {
+        LazyCids::with_config(LazyConfig { scan: Scan::All, capacity, cores, period: Duration::ZERO, check_every: 1 })
+            .map(|_| ())
+    };
+    let out = |what, value, max| Err(Error::ValueOutOfRange { what, value, min: 1, max });
+    assert_eq!(lazy(4, 0), out("cores", 0, 65_536));
+    assert_eq!(lazy(4, usize::MAX), out("cores", usize::MAX, 65_536));
+    assert_eq!(lazy(0, 4), out("capacity", 0, max - 4));
+    assert_eq!(lazy(max, 4), out("capacity", max, max - 4));
+    assert_eq!(lazy(usize::MAX, 65_536), out("capacity", usize::MAX, max - 65_536));
+    assert_eq!(lazy(max - 4, 4), Ok(()));
+    assert_eq!(LazyCids::new(Scan::All, 1).unwrap().name(), "lazy-all");
+    assert_eq!(LazyCids::new(Scan::Visited, 1).unwrap().name(), "lazy-visited");
     assert_eq!(MmCid::new(Group::new()).name(), "mmcid");
 }
