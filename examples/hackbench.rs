@@ -33,8 +33,8 @@ mod common;
 
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, median, overall, paired_ci, positive,
-    print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, JsonFile, MedianCi, Verdict,
-    CI_LEVEL,
+    print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, value, JsonFile, MedianCi,
+    Verdict, CI_LEVEL, POLICIES,
 };
 use crossbeam_utils::CachePadded;
 use mmcid::policy::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
@@ -60,6 +60,8 @@ usage: hackbench [options]
   -T, --threads          threads mode (the only mode; accepted for compatibility)
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
       --compare          run every policy for each group count of --groups-list (default when no --policy)
+      --policies L       the policies --compare runs, comma-separated (default: all; must name none and
+                         mmcid): e.g. none,mmcid for a long run that narrows mmcid's interval
       --groups-list L    comma-separated group counts for --compare (default 1,2,4; or -g if given)
       --repeats N        runs per policy and group count, interleaved (default 9; 5 or more for a 90% CI)
       --pin              pin threads round-robin on the allowed cores
@@ -92,9 +94,6 @@ machine was loaded; --repeats 11 gives a narrower interval (3rd to 9th of 11 ins
 took 36-43 s there.
 ";
 
-/// Every policy, in table order.
-const POLICIES: [&str; 6] = ["none", "mutex", "bitmap", "lazy-all", "lazy-visited", "mmcid"];
-
 /// The largest message (`-s`): every worker holds one buffer of this size.
 const MAX_DATASIZE: usize = 1 << 20;
 
@@ -110,9 +109,9 @@ fn run_totals(groups: usize, fds: usize, loops: usize, size: usize) -> Option<(u
     Some((msgs, msgs.checked_mul(u64::try_from(size).ok()?)?))
 }
 
-/// Runs of a --compare: every policy once per repeat and group count; None on overflow.
-fn compare_runs(group_counts: usize, repeats: usize) -> Option<usize> {
-    group_counts.checked_mul(repeats)?.checked_mul(POLICIES.len())
+/// Runs of a --compare: every policy of the list once per repeat and group count; None on overflow.
+fn compare_runs(group_counts: usize, repeats: usize, policies: usize) -> Option<usize> {
+    group_counts.checked_mul(repeats)?.checked_mul(policies)
 }
 
 #[derive(Clone, Debug)]
@@ -125,6 +124,8 @@ struct Config {
     pin: bool,
     policy: Option<usize>,
     compare: bool,
+    /// The policies a --compare runs (indexes into POLICIES, table order: `none` first, `mmcid` last).
+    policies: Vec<usize>,
     repeats: usize,
     json: Option<String>,
     /// The guard spans the message's read/write system call (true), or only the per-CID update (false).
@@ -136,6 +137,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
     let (mut groups, mut fds, mut loops, mut size) = (None, None, None, 100);
     let (mut pipe, mut pin, mut compare, mut guard_io) = (false, false, false, true);
     let (mut policy, mut groups_list, mut repeats, mut json) = (None, None, 9, None);
+    let mut policies = None;
     let mut it = args;
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -161,14 +163,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
             "--compare" => compare = true,
             "--repeats" => repeats = positive(&arg, it.next())?,
             "--json" => json = Some(it.next().ok_or("--json needs a file name")?),
-            "--policy" => {
-                let name = it.next().ok_or("--policy needs a value")?;
-                let index = POLICIES
-                    .iter()
-                    .position(|p| *p == name)
-                    .ok_or_else(|| format!("unknown policy {name:?} (expected one of {})", POLICIES.join(", ")))?;
-                policy = Some(index);
-            }
+            "--policy" => policy = Some(common::policy_index(&value(&arg, it.next())?)?),
+            "--policies" => policies = Some(common::parse_policies(&value(&arg, it.next())?)?),
             "--groups-list" => {
                 let list = it.next().ok_or("--groups-list needs a value")?;
                 let parsed: Result<Vec<usize>, String> =
@@ -182,6 +178,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
         return Err("--compare runs every policy: drop --policy, or --compare for a single run".into());
     }
     let compare = compare || policy.is_none();
+    if !compare && policies.is_some() {
+        return Err("--policies lists the policies of a comparison: use it without --policy".into());
+    }
+    let policies = policies.unwrap_or_else(|| (0..POLICIES.len()).collect());
     if !compare && groups_list.is_some() {
         return Err("--groups-list needs --compare".into());
     }
@@ -210,14 +210,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
              groups, {fds} fds)"
         ));
     }
-    if compare && compare_runs(groups.len(), repeats).is_none() {
+    if compare && compare_runs(groups.len(), repeats, policies.len()).is_none() {
         return Err(format!(
             "--repeats {repeats}: too many runs ({} group counts × {} policies)",
             groups.len(),
-            POLICIES.len()
+            policies.len()
         ));
     }
-    Ok(Some(Config { groups, fds, loops, size, pipe, pin, policy, compare, repeats, json, guard_io }))
+    Ok(Some(Config { groups, fds, loops, size, pipe, pin, policy, compare, policies, repeats, json, guard_io }))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -674,8 +674,8 @@ struct Samples {
 
 /// Every policy, every group count, interleaved repeats, after one uncounted warm-up run.
 fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
-    let n = POLICIES.len();
-    let total = compare_runs(cfg.groups.len(), cfg.repeats).unwrap_or(usize::MAX); // checked in parse_args
+    let n = cfg.policies.len();
+    let total = compare_runs(cfg.groups.len(), cfg.repeats, n).unwrap_or(usize::MAX); // checked in parse_args
     println!(
         "hackbench threads, {}, -f {} -l {} -s {}, guard around {}{}: groups {}, {} repeats per cell (interleaved)",
         channel_name(cfg),
@@ -697,17 +697,18 @@ fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
         for rep in 0..cfg.repeats {
             for k in 0..n {
                 let p = (k + rep) % n; // rotate the order every repeat
+                let policy = cfg.policies[p];
                 done += 1;
                 eprint!(
                     "\r[{done:>3}/{total}] groups {g:>3} repeat {}/{} {:<12} elapsed {:>5.1}s ",
                     rep + 1,
                     cfg.repeats,
-                    POLICIES[p],
+                    POLICIES[policy],
                     began.elapsed().as_secs_f64()
                 );
-                let ((t, cpu), _) = run_one(p, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| {
+                let ((t, cpu), _) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| {
                     eprintln!(); // end the progress line
-                    fail(format!("groups {g}, policy {}: {e}", POLICIES[p]))
+                    fail(format!("groups {g}, policy {}: {e}", POLICIES[policy]))
                 });
                 samples.wall[gi][p].push(t.as_secs_f64());
                 samples.cpu[gi][p].push(cpu);
@@ -733,9 +734,9 @@ impl Summary {
         Summary { medians, paired }
     }
 
-    /// mmcid's paired interval in every cell.
+    /// mmcid's paired interval in every cell (mmcid is the last policy of every comparison).
     fn mmcid(&self) -> Vec<Option<MedianCi>> {
-        self.paired.iter().map(|row| row[POLICIES.len() - 1]).collect()
+        self.paired.iter().map(|row| row[row.len() - 1]).collect()
     }
 }
 
@@ -745,10 +746,11 @@ const BUDGET_PCT: f64 = 2.0;
 /// The tables, the noise line and the goal verdicts.
 fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     let labels: Vec<String> = cfg.groups.iter().map(|g| format!("{g}-groups")).collect();
-    let table = |title, s: &Summary| print_median_table(title, "groups", &labels, &POLICIES, &s.medians, 3);
+    let names = common::policy_names(&cfg.policies);
+    let table = |title, s: &Summary| print_median_table(title, "groups", &labels, &names, &s.medians, 3);
     table("wall time, median seconds, % versus none (positive = slower); lower is better", wall);
     table("process CPU time (user + system), median seconds, % versus none", cpu);
-    let paired = |title, s: &Summary| print_paired_table(title, "groups", &labels, &POLICIES, &s.paired);
+    let paired = |title, s: &Summary| print_paired_table(title, "groups", &labels, &names, &s.paired);
     paired(
         "paired wall time, % (positive = slower): median over repeats of t(P)/t(none) - 1 in the same repeat [CI]",
         wall,
@@ -776,7 +778,7 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
 fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> String {
     let mut rows = Vec::new();
     for (gi, &g) in cfg.groups.iter().enumerate() {
-        for (p, name) in POLICIES.iter().enumerate() {
+        for (p, name) in common::policy_names(&cfg.policies).into_iter().enumerate() {
             let (m, c) = (&wall.medians[gi], &cpu.medians[gi]);
             rows.push(format!(
                 "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],{},\"cpu_runs_s\":[{}],{},{},{}}}",
@@ -908,6 +910,38 @@ mod tests {
         assert!(e.contains("1048576"), "{e}");
         assert_eq!(run_totals(1, 2, 9_223_372_036_854_775_808, 1), None);
         assert_eq!(run_totals(2, 3, 4, 5), Some((2 * 2 * 3 * 3 * 4, 2 * 2 * 3 * 3 * 4 * 5)));
+    }
+
+    #[test]
+    fn policies_picks_a_subset_in_table_order() {
+        assert_eq!(parse(&[]).unwrap().unwrap().policies, (0..POLICIES.len()).collect::<Vec<_>>());
+        let cfg = parse(&["--policies", "mmcid,bitmap,none", "--repeats", "7"]).unwrap().unwrap();
+        assert_eq!(cfg.policies, [0, 2, 5]);
+        assert_eq!(compare_runs(cfg.groups.len(), cfg.repeats, cfg.policies.len()), Some(3 * 7 * 3));
+        for (words, why) in [
+            (&["--policies", "none"][..], "mmcid"),
+            (&["--policies", "mmcid,bitmap"], "none"),
+            (&["--policies", "none,mmcid,none"], "twice"),
+            (&["--policies", "none,mmcid,nope"], "nope"),
+            (&["--policies", "none,mmcid", "--policy", "mmcid"], "--policy"),
+            (&["--policies"], "needs a value"),
+        ] {
+            let e = parse(words).unwrap_err();
+            assert!(e.contains(why), "{words:?}: {e}");
+        }
+        // The tables and the goal follow the subset: mmcid is the last column.
+        let n = cfg.policies.len();
+        let mut wall = vec![vec![vec![1.0; 7]; n]; 3];
+        for row in &mut wall {
+            row[n - 1] = vec![1.01; 7]; // mmcid 1 % over none in every repeat
+            row[1] = vec![1.5; 7];
+        }
+        let samples = Samples { cpu: wall.clone(), wall };
+        let (w, c) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
+        assert!(w.mmcid().iter().all(|ci| ci.is_some_and(|ci| (ci.median - 1.0).abs() < 1e-9)));
+        let body = json_body(&cfg, &samples, &w, &c);
+        assert!(body.contains("\"policy\":\"bitmap\"") && !body.contains("\"policy\":\"mutex\""), "{body}");
+        assert!(body.contains("\"goal_wall\":\"met\""), "{body}");
     }
 
     #[test]

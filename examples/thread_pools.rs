@@ -30,6 +30,7 @@ mod common;
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, median, paired_ci, positive, print_median_table,
     print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi, Verdict, CI_LEVEL,
+    POLICIES,
 };
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::Group;
@@ -48,6 +49,8 @@ usage: thread_pools [options]
       --seconds S        length of each run in seconds, fractions allowed (default 5; compare default 0.2)
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
       --compare          run every policy, interleaved (default when no --policy)
+      --policies L       the policies --compare runs, comma-separated (default: all; must name none and
+                         mmcid)
       --virtual-cpus N   mmcid group (and lazy core slots) with N simulated cores instead of the machine's
                          (at most 65536, mmcid's limit)
       --repeats N        runs per policy in --compare, interleaved (default 11; 5 or more for a 90% CI)
@@ -80,8 +83,6 @@ narrower than that of 5 (minimum to maximum), and runs closer in time pair bette
 configurations x 6 policies x 11 repeats x 0.2 s) took 27 s on the project's 2-core VM.
 ";
 
-const POLICIES: [&str; 6] = ["none", "mutex", "bitmap", "lazy-all", "lazy-visited", "mmcid"];
-
 /// The most short-lived threads alive at once (pools × threads).
 const MAX_THREADS: usize = 8192;
 
@@ -109,6 +110,8 @@ struct Config {
     setups: Vec<Setup>,
     seconds: f64,
     policy: Option<usize>,
+    /// The policies a --compare runs (indexes into POLICIES, table order: `none` first, `mmcid` last).
+    policies: Vec<usize>,
     repeats: usize,
     json: Option<String>,
 }
@@ -116,6 +119,7 @@ struct Config {
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, String> {
     let (mut pools, mut threads, mut seconds, mut vcpus) = (None, None, None, None);
     let (mut policy, mut compare, mut repeats, mut json) = (None, false, 11, None);
+    let mut policies = None;
     let mut it = args;
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -136,15 +140,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
                     _ => return Err(format!("--seconds: expected a number of seconds in (0, 86400], got {v:?}")),
                 }
             }
-            "--policy" => {
-                let name = value(&arg, it.next())?;
-                policy = Some(
-                    POLICIES
-                        .iter()
-                        .position(|p| *p == name)
-                        .ok_or_else(|| format!("unknown policy {name:?} (expected one of {})", POLICIES.join(", ")))?,
-                );
-            }
+            "--policy" => policy = Some(common::policy_index(&value(&arg, it.next())?)?),
+            "--policies" => policies = Some(common::parse_policies(&value(&arg, it.next())?)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -152,6 +149,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
         return Err("--compare runs every policy: drop --policy, or --compare for a single run".into());
     }
     let compare = compare || policy.is_none();
+    if !compare && policies.is_some() {
+        return Err("--policies lists the policies of a comparison: use it without --policy".into());
+    }
+    let policies = policies.unwrap_or_else(|| (0..POLICIES.len()).collect());
     let defaults = pools.is_none() && threads.is_none() && vcpus.is_none();
     let (pools, threads) = (pools.unwrap_or(8), threads.unwrap_or(8));
     if pools.saturating_mul(threads.saturating_add(1)) > MAX_THREADS {
@@ -167,16 +168,16 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
     } else {
         vec![Setup { pools, threads, virtual_cpus: vcpus }]
     };
-    if compare && compare_runs(setups.len(), repeats).is_none() {
+    if compare && compare_runs(setups.len(), repeats, policies.len()).is_none() {
         return Err(format!("--repeats {repeats}: too many runs"));
     }
     let seconds = seconds.unwrap_or(if compare { 0.2 } else { 5.0 });
-    Ok(Some(Config { setups, seconds, policy, repeats, json }))
+    Ok(Some(Config { setups, seconds, policy, policies, repeats, json }))
 }
 
-/// Runs of a --compare: every policy once per repeat and setup; None on overflow.
-fn compare_runs(setups: usize, repeats: usize) -> Option<usize> {
-    setups.checked_mul(repeats)?.checked_mul(POLICIES.len())
+/// Runs of a --compare: every policy of the list once per repeat and setup; None on overflow.
+fn compare_runs(setups: usize, repeats: usize, policies: usize) -> Option<usize> {
+    setups.checked_mul(repeats)?.checked_mul(policies)
 }
 
 /// One pool's rendezvous record (the C benchmark's `{mutex, cond, counters}`).
@@ -414,8 +415,8 @@ fn main() {
 /// Every policy on every setup, interleaved repeats: `results[setup][policy][repeat]`. Every policy runs once per
 /// repeat (the order rotating), so index `repeat` pairs the policies' runs made back to back.
 fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
-    let n = POLICIES.len();
-    let total = compare_runs(cfg.setups.len(), cfg.repeats).unwrap_or(usize::MAX); // checked in parse_args
+    let n = cfg.policies.len();
+    let total = compare_runs(cfg.setups.len(), cfg.repeats, n).unwrap_or(usize::MAX); // checked in parse_args
     println!(
         "thread pools (create/teardown churn), {cores} cores, {:.2} s per run, {} repeats per cell (interleaved)",
         cfg.seconds, cfg.repeats
@@ -427,16 +428,17 @@ fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
         for rep in 0..cfg.repeats {
             for k in 0..n {
                 let p = (k + rep) % n;
+                let policy = cfg.policies[p];
                 done += 1;
                 eprint!(
                     "\r[{done:>3}/{total}] {:<14} repeat {}/{} {:<12} elapsed {:>5.1}s ",
                     setup.label(),
                     rep + 1,
                     cfg.repeats,
-                    POLICIES[p],
+                    POLICIES[policy],
                     began.elapsed().as_secs_f64()
                 );
-                results[si][p].push(run_one(p, *setup, cfg.seconds).unwrap_or_else(|e| fail(e)));
+                results[si][p].push(run_one(policy, *setup, cfg.seconds).unwrap_or_else(|e| fail(e)));
             }
         }
     }
@@ -472,28 +474,29 @@ fn report(
     paired: &[Vec<Option<MedianCi>>],
 ) -> Verdict {
     let labels: Vec<String> = cfg.setups.iter().map(Setup::label).collect();
+    let names = common::policy_names(&cfg.policies);
     let medians: Vec<Vec<f64>> = thr.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
     let title = "threads/s, median, % versus none (negative = slower); higher is better";
-    print_median_table(title, "config", &labels, &POLICIES, &medians, 0);
+    print_median_table(title, "config", &labels, &names, &medians, 0);
     let switches: Vec<String> = labels
         .iter()
         .zip(results)
         .map(|(label, row)| {
-            let (to_cpu, to_task) = switches_per_run(&row[POLICIES.len() - 1]);
+            let (to_cpu, to_task) = switches_per_run(&row[row.len() - 1]);
             format!("{label} {to_cpu}/{to_task}")
         })
         .collect();
     println!("mmcid mode switches per run (to per-CPU/to per-task): {}", switches.join(", "));
     let title =
         "paired cost, % (positive = slower): median over repeats of 1 - thr(P)/thr(none) in the same repeat [CI]";
-    print_paired_table(title, "config", &labels, &POLICIES, paired);
+    print_paired_table(title, "config", &labels, &names, paired);
     let spread = thr.iter().map(|row| spread_pct(&row[0])).fold(0.0, f64::max);
     println!("noise: run-to-run spread (max - min) of `none` up to {spread:.1}% of its median (pairing cancels drift)");
     println!(
         "goal: mmcid costs <= {BUDGET_PCT}% versus none in every config (kernel v6.17 -> CID rework: +30-35% thr/s); \
          per config:"
     );
-    let mmcid: Vec<Option<MedianCi>> = paired.iter().map(|row| row[POLICIES.len() - 1]).collect();
+    let mmcid: Vec<Option<MedianCi>> = paired.iter().map(|row| row[row.len() - 1]).collect();
     let verdict = print_verdicts("  ", &labels, &mmcid, BUDGET_PCT);
     println!("goal (mmcid costs <= {BUDGET_PCT}% versus none): {}", verdict.word());
     verdict
@@ -512,9 +515,9 @@ fn json_body(
     let mut rows = Vec::new();
     for (si, setup) in cfg.setups.iter().enumerate() {
         let base = median(&thr[si][0]);
-        for (p, name) in POLICIES.iter().enumerate() {
+        for (p, name) in common::policy_names(&cfg.policies).into_iter().enumerate() {
             let m = median(&thr[si][p]);
-            let switches = if *name == "mmcid" {
+            let switches = if name == "mmcid" {
                 let (to_cpu, to_task) = switch_totals(&results[si][p]);
                 format!(",\"switches_to_per_cpu\":{to_cpu},\"switches_to_per_task\":{to_task}")
             } else {
@@ -584,6 +587,15 @@ mod tests {
         ] {
             assert!(parse(words).is_err(), "{words:?} was accepted");
         }
+    }
+
+    #[test]
+    fn policies_picks_a_subset_in_table_order() {
+        let cfg = parse(&["--policies", "none,lazy-all,mmcid"]).unwrap().unwrap();
+        assert_eq!(cfg.policies, [0, 3, 5]);
+        assert_eq!(compare_runs(cfg.setups.len(), cfg.repeats, cfg.policies.len()), Some(2 * 11 * 3));
+        assert!(parse(&["--policies", "none,mmcid", "--policy", "none"]).is_err());
+        assert!(parse(&["--policies", "lazy-all,mmcid"]).unwrap_err().contains("none"));
     }
 
     #[test]

@@ -25,6 +25,39 @@ pub fn positive(flag: &str, v: Option<String>) -> Result<usize, String> {
     }
 }
 
+/// The policy names a `--compare` runs, in table order.
+pub const POLICIES: [&str; 6] = ["none", "mutex", "bitmap", "lazy-all", "lazy-visited", "mmcid"];
+
+/// The index of policy `name` in [`POLICIES`], or an error listing them.
+pub fn policy_index(name: &str) -> Result<usize, String> {
+    POLICIES
+        .iter()
+        .position(|p| *p == name)
+        .ok_or_else(|| format!("unknown policy {name:?} (expected one of {})", POLICIES.join(", ")))
+}
+
+/// A `--policies` list: comma-separated names of [`POLICIES`], each at most once, naming `none` (the baseline
+/// of every percentage) and `mmcid` (what the goal judges). Returned as indexes in table order, so `none` is
+/// first and `mmcid` last.
+pub fn parse_policies(list: &str) -> Result<Vec<usize>, String> {
+    let mut picked = [false; POLICIES.len()];
+    for name in list.split(',').map(str::trim) {
+        let p = policy_index(name)?;
+        if std::mem::replace(&mut picked[p], true) {
+            return Err(format!("--policies: {name} named twice"));
+        }
+    }
+    if !picked[0] || !picked[POLICIES.len() - 1] {
+        return Err("--policies must name none (the baseline) and mmcid (what the goal judges)".into());
+    }
+    Ok((0..POLICIES.len()).filter(|&p| picked[p]).collect())
+}
+
+/// The names of the policies `policies` (indexes into [`POLICIES`]) picks.
+pub fn policy_names(policies: &[usize]) -> Vec<&'static str> {
+    policies.iter().map(|&p| POLICIES[p]).collect()
+}
+
 /// The median of `v` (the mean of the two middle values for an even count); NaN for an empty slice.
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
