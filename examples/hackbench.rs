@@ -56,10 +56,12 @@ usage: hackbench [options]
   -f, --fds N            senders and receivers per group (default 20; compare default 10)
   -l, --loops N          messages each sender writes to each receiver (default 100; compare default 800)
   -s, --datasize N       message size in bytes (default 100; at most 1048576 = 1 MiB)
-  -p, --pipe             pipes instead of socket pairs
+  -p, --pipe             pipes instead of socket pairs (an I/O error then leaves the run waiting: a pipe
+                         cannot be shut from the failing thread the way a socket is)
   -T, --threads          threads mode (the only mode; accepted for compatibility)
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
-      --compare          run every policy for each group count of --groups-list (default when no --policy)
+      --compare          run every policy of --policies for each group count of --groups-list (default when
+                         no --policy)
       --policies L       the policies --compare runs, comma-separated (default: all; must name none and
                          mmcid): e.g. none,mmcid for a long run that narrows mmcid's interval
       --groups-list L    comma-separated group counts for --compare (default 1,2,4; or -g if given)
@@ -352,15 +354,41 @@ impl Channel {
     }
 }
 
-/// Ready/go: workers count themselves ready and wait for go (or abort if the start failed).
+/// Ready/go: workers count themselves ready and wait for go (or abort if the start failed). The first failure of
+/// any worker (before or after go) is kept, since the failures it causes in its peers are joined first.
 #[derive(Default)]
 struct Start {
     state: Mutex<(usize, bool, bool)>,
     ready: Condvar,
     go: Condvar,
+    first_failure: std::sync::OnceLock<String>,
+}
+
+/// A worker's promise to report to [`Start`]: dropped unreported (a panic before go), it reports a failure, so
+/// the start never waits for a worker that is gone.
+struct Report<'a>(&'a Start);
+
+impl Report<'_> {
+    fn ready_and_wait(self, ok: bool) -> bool {
+        let start = self.0;
+        std::mem::forget(self);
+        start.ready_and_wait(ok)
+    }
+}
+
+impl Drop for Report<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.first_failure.set("a worker panicked before go".into());
+        self.0.ready_and_wait(false);
+    }
 }
 
 impl Start {
+    /// Records `why` as the run's failure unless an earlier one is recorded.
+    fn failed(&self, why: String) {
+        let _ = self.first_failure.set(why);
+    }
+
     /// Counts the worker ready (`ok`) or failed (`!ok`: aborts the run), then waits for go. Returns false if the
     /// run was aborted before go.
     fn ready_and_wait(&self, ok: bool) -> bool {
@@ -450,17 +478,19 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
                 (Arc::clone(&policy), Arc::clone(&data), Arc::clone(&start), Arc::clone(&channels));
             let cpu = (!run.cpus.is_empty()).then(|| run.cpus[handles.len() % run.cpus.len()]);
             let body = move || -> std::io::Result<()> {
+                let report = Report(&start);
                 let pinned = cpu.map_or(true, |id| core_affinity::set_for_current(core_affinity::CoreId { id }));
                 let mut thread = policy.thread(cpu);
-                if !start.ready_and_wait(pinned) {
-                    return match (pinned, cpu) {
-                        (false, Some(id)) => Err(std::io::Error::other(format!("cannot pin a worker to CPU {id}"))),
-                        _ => Ok(()), // another worker failed
-                    };
+                if let (false, Some(id)) = (pinned, cpu) {
+                    start.failed(format!("cannot pin a worker to CPU {id}"));
                 }
-                // An I/O error ends this worker: shut the group's sockets so that its peers blocked on them see
-                // end-of-file instead of waiting forever (pipes cannot be shut from here).
+                if !report.ready_and_wait(pinned) {
+                    return Ok(()); // this or another worker failed: the recorded failure says which
+                }
+                // An I/O error ends this worker: record it, then shut the group's sockets so that its peers
+                // blocked on them see end-of-file instead of waiting forever (pipes cannot be shut from here).
                 let fail = |e: std::io::Error| {
+                    start.failed(format!("worker I/O error: {e}"));
                     channels.iter().for_each(Channel::shutdown);
                     e
                 };
@@ -521,6 +551,9 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
             Ok(Err(e)) => first_error = first_error.or(Some(format!("worker I/O error: {e}"))),
             Err(_) => first_error = first_error.or(Some("worker panicked".to_string())),
         }
+    }
+    if let Some(why) = start.first_failure.get() {
+        return Err(why.clone());
     }
     let Some((t0, cpu0)) = began else {
         return Err(first_error.unwrap_or_else(|| "a worker failed before go".into()));
@@ -833,6 +866,15 @@ mod tests {
         assert!(common::median_ci_coverage(cfg.repeats, 3) < CI_LEVEL);
     }
 
+    /// `wait_ready_then_go(n)` on another thread: whether it aborted, or an error if it still waits after 10 s
+    /// (so that a start that waits for a worker that is gone fails the test instead of hanging it).
+    fn aborted_within(start: &Arc<Start>, n: usize) -> Result<bool, std::sync::mpsc::RecvTimeoutError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let start = Arc::clone(start);
+        std::thread::spawn(move || tx.send(start.wait_ready_then_go(n).is_none()));
+        rx.recv_timeout(Duration::from_secs(10))
+    }
+
     /// A worker that fails before go (e.g. cannot be pinned) aborts the start at once: the main thread does not
     /// wait for the rest, and workers that come later return without running.
     #[test]
@@ -843,7 +885,7 @@ mod tests {
             std::thread::spawn(move || start.ready_and_wait(true))
         };
         assert!(!start.ready_and_wait(false));
-        assert!(start.wait_ready_then_go(3).is_none(), "2 of 3 workers: must not wait for the third");
+        assert_eq!(aborted_within(&start, 3), Ok(true), "2 of 3 workers, one failed: must not wait for the third");
         assert!(!early.join().unwrap(), "a worker waiting for go is released without running");
         assert!(!start.ready_and_wait(true), "a late worker does not run");
         let ok = Start::default();
@@ -853,6 +895,26 @@ mod tests {
             w.join().unwrap()
         });
         assert!(waiter, "without a failure the worker goes");
+    }
+
+    /// A worker that panics before reporting aborts the start (its `Report` reports the failure) and is named.
+    #[test]
+    fn a_worker_panicking_before_go_aborts_the_start() {
+        let start = Arc::new(Start::default());
+        let worker = {
+            let start = Arc::clone(&start);
+            std::thread::spawn(move || {
+                let _report = Report(&start);
+                std::panic::resume_unwind(Box::new("boom")) // like a panicking policy.thread()
+            })
+        };
+        assert!(worker.join().is_err());
+        assert_eq!(aborted_within(&start, 2), Ok(true), "the start waits for a worker that is gone");
+        assert_eq!(start.first_failure.get().map(String::as_str), Some("a worker panicked before go"));
+        let first = Start::default();
+        first.failed("first".into());
+        first.failed("second".into());
+        assert_eq!(first.first_failure.get().map(String::as_str), Some("first"));
     }
 
     /// The shutdown that an I/O error triggers releases a reader blocked on the group's socket.

@@ -48,7 +48,7 @@ usage: thread_pools [options]
   -t, --threads N        short-lived threads each pool starts per round (default 8)
       --seconds S        length of each run in seconds, fractions allowed (default 5; compare default 0.2)
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
-      --compare          run every policy, interleaved (default when no --policy)
+      --compare          run every policy of --policies, interleaved (default when no --policy)
       --policies L       the policies --compare runs, comma-separated (default: all; must name none and
                          mmcid)
       --virtual-cpus N   mmcid group (and lazy core slots) with N simulated cores instead of the machine's
@@ -83,7 +83,7 @@ narrower than that of 5 (minimum to maximum), and runs closer in time pair bette
 configurations x 6 policies x 11 repeats x 0.2 s) took 27 s on the project's 2-core VM.
 ";
 
-/// The most short-lived threads alive at once (pools × threads).
+/// The most threads alive at once: pools × (threads + the pool's own).
 const MAX_THREADS: usize = 8192;
 
 /// The most virtual CPUs: mmcid's own limit (a larger `Group::builder().virtual_cpus` is an error there).

@@ -18,11 +18,12 @@ use std::fmt;
 /// update enters in place: it borrows the core's CID (a sequence, or one CAS without rseq), and when that CID is
 /// held by a thread descheduled inside its guard it takes a temporary CID (two bitmap RMWs on the core's lane).
 ///
-/// Memory follows real concurrency: shards are allocated on first use of a CID and kept, and in steady state
-/// CIDs stay below [`Group::max_cids`] (I2), so there are as many as the most CIDs in use at once — at most the
-/// number of cores the group may use — where a thread-id keyed counter has one per thread that ever counted. Without rseq, a thread descheduled inside an update makes
-/// the next thread on its core take a temporary CID, which may add a shard beyond `max_cids` (never beyond the
-/// group's hard CID bound); so may guards of the group's other users. Shards are kept until the counter drops.
+/// Memory follows real concurrency: shards are allocated on first use of a CID and kept until the counter
+/// drops, and in steady state CIDs stay below [`Group::max_cids`] (I2), so there are as many as the most CIDs in
+/// use at once — at most the number of cores the group may use — where a thread-id keyed counter has one per
+/// thread that ever counted. Without rseq, a thread descheduled inside an update makes the next thread on its
+/// core take a temporary CID, which may add a shard beyond `max_cids` (never beyond the group's hard CID bound);
+/// so may guards of the group's other users.
 ///
 /// Arithmetic wraps (modulo 2^64): a [`sub`](ShardedCounter::sub) larger than the shard it lands on is fine, the
 /// total is still exact. What [`sum`](ShardedCounter::sum) promises while other threads count is documented

@@ -53,7 +53,8 @@ impl CpuSet {
             return Err(Error::CpuOutOfRange { cpu, possible });
         }
         let mut allowed = CpuSet::current()?;
-        // The main thread may be gone (its mask then unreadable): the calling thread's mask alone decides.
+        // A main thread that has exited is a zombie until the process ends: its mask is the one it had then (and
+        // a cpuset change since does not reach it). Should it be unreadable, the calling thread's mask decides.
         if let Ok(main) = sys::main_thread_affinity() {
             allowed.union_with(&CpuSet::raw(main));
         }

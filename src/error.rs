@@ -83,7 +83,7 @@ impl fmt::Display for Error {
                 write!(f, "CPU {cpu} is out of range: only {possible} CPUs are possible")
             }
             Error::CpuNotAllowed { cpu } => {
-                write!(f, "CPU {cpu} is not in the affinity mask of the calling thread or of the process's main thread")
+                write!(f, "CPU {cpu} is in neither the calling thread's affinity mask nor the process's main thread's")
             }
             Error::PinFailed { cpu, reason } => write!(f, "could not pin a thread to CPU {cpu}: {reason}"),
             Error::ZeroThreads => write!(f, "zero threads (or zero CPUs) were requested"),

@@ -357,7 +357,7 @@ pub struct LazyConfig {
     pub scan: Scan,
     /// The most guards alive at once (sizes the bitmap together with `cores`).
     pub capacity: usize,
-    /// Number of core slots (default: the machine's configured cores; at most 65 536); threads map to
+    /// Number of core slots (default: the machine's possible cores; at most 65 536); threads map to
     /// `cpu % cores`.
     pub cores: usize,
     /// Compaction period (kernel: 100 ms).

@@ -132,9 +132,10 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Stack size of the runtime's threads, in bytes (default: the `std::thread` default); at least
-    /// [`RuntimeBuilder::MIN_STACK_SIZE`], which leaves room for the thread's own start (pinning, registering)
-    /// in a debug build.
+    /// Stack size of the runtime's threads, in bytes (default: the `std::thread` default, 2 MiB unless the
+    /// `RUST_MIN_STACK` environment variable says otherwise); at least [`RuntimeBuilder::MIN_STACK_SIZE`], which
+    /// leaves room for the thread's own start (pinning, registering) in a debug build. (A `RUST_MIN_STACK` below
+    /// that is the environment's choice and is not checked.)
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
         self

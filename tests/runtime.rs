@@ -339,7 +339,7 @@ fn bad_input_is_a_typed_error() {
     }
     assert_eq!(virt.users(), 0);
     if cpus.len() < 2 {
-        eprintln!("one core only: CpuNotAllowed and the one-core group case need two");
+        eprintln!("one core only: the one-core group and the runtime-thread cases need two");
         return;
     }
     let small = Group::builder().cpus(CpuSet::from_cpus([cpus[0]]).unwrap()).build().unwrap();
