@@ -75,6 +75,17 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// `Ok(value)` if `min <= value <= max`, else [`Error::ValueOutOfRange`] naming `what`.
+    pub(crate) fn check_range(what: &'static str, value: usize, min: usize, max: usize) -> Result<usize, Error> {
+        if (min..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(Error::ValueOutOfRange { what, value, min, max })
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -465,10 +465,8 @@ impl GroupBuilder {
         }
         match self.virtual_cpus {
             Some(0) => Err(Error::ZeroThreads),
-            Some(n) if n > MAX_CPUS => {
-                Err(Error::ValueOutOfRange { what: "virtual_cpus", value: n, min: 1, max: MAX_CPUS })
-            }
             Some(n) => {
+                Error::check_range("virtual_cpus", n, 1, MAX_CPUS)?;
                 let cpus = self.cpus.clone().unwrap_or_else(|| CpuSet::raw(0..n));
                 if cpus.is_empty() {
                     return Err(Error::EmptyCpuSet);

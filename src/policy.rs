@@ -280,7 +280,7 @@ impl BitmapCids {
     ///
     /// [`Error::ValueOutOfRange`] for a capacity of 0 or above [`MAX_CAPACITY`].
     pub fn new(capacity: usize) -> Result<BitmapCids, Error> {
-        check("capacity", capacity, MAX_CAPACITY)?;
+        Error::check_range("capacity", capacity, 1, MAX_CAPACITY)?;
         Ok(BitmapCids { bits: AtomicBits::new(capacity) })
     }
 }
@@ -341,14 +341,6 @@ pub enum Scan {
 
 /// The most guards a [`BitmapCids`] or [`LazyCids`] can be sized for: mmcid's own CID space (2^20).
 pub const MAX_CAPACITY: usize = crate::bitmap::MAX_BITS;
-
-/// `value` in `1..=max`, else the typed error naming `what`.
-fn check(what: &'static str, value: usize, max: usize) -> Result<(), Error> {
-    match value {
-        1.. if value <= max => Ok(()),
-        _ => Err(Error::ValueOutOfRange { what, value, min: 1, max }),
-    }
-}
 
 /// Settings of a [`LazyCids`] policy.
 #[derive(Clone, Copy, Debug)]
@@ -419,8 +411,8 @@ impl LazyCids {
     /// than 65 536 cores (CIDs come from `capacity + cores` bits).
     pub fn with_config(config: LazyConfig) -> Result<LazyCids, Error> {
         let cores = config.cores;
-        check("cores", cores, crate::group::MAX_CPUS)?;
-        check("capacity", config.capacity, MAX_CAPACITY - cores)?;
+        Error::check_range("cores", cores, 1, crate::group::MAX_CPUS)?;
+        Error::check_range("capacity", config.capacity, 1, MAX_CAPACITY - cores)?;
         crate::sys::rseq::probe(); // the same core lookup as mmcid's (`current_cpu`)
         let period_ns = u64::try_from(config.period.as_nanos()).unwrap_or(u64::MAX);
         Ok(LazyCids {

@@ -160,9 +160,8 @@ impl RuntimeBuilder {
         if self.threads_per_cpu == 0 {
             return Err(Error::ZeroThreads);
         }
-        if let Some(bytes) = self.stack_size.filter(|&b| b < Self::MIN_STACK_SIZE) {
-            let min = Self::MIN_STACK_SIZE;
-            return Err(Error::ValueOutOfRange { what: "stack_size", value: bytes, min, max: usize::MAX });
+        if let Some(bytes) = self.stack_size {
+            Error::check_range("stack_size", bytes, Self::MIN_STACK_SIZE, usize::MAX)?;
         }
         let cpus = match self.cpus {
             Some(cpus) => cpus,
@@ -179,10 +178,7 @@ impl RuntimeBuilder {
             }
             None => Group::builder().cpus(cpus.clone()).build()?,
         };
-        let max = group.registration_limit() / cpus.len();
-        if self.threads_per_cpu > max {
-            return Err(Error::ValueOutOfRange { what: "threads_per_cpu", value: self.threads_per_cpu, min: 1, max });
-        }
+        Error::check_range("threads_per_cpu", self.threads_per_cpu, 1, group.registration_limit() / cpus.len())?;
         probe(&cpus)?;
         Ok(Runtime::unchecked(cpus, self.threads_per_cpu, group, self.stack_size))
     }
