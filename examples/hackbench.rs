@@ -177,7 +177,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
         }
     }
     if compare && policy.is_some() {
-        return Err("--compare runs every policy: drop --policy, or --compare for a single run".into());
+        return Err("--compare and --policy exclude each other: --policy is a single run of one policy".into());
     }
     let compare = compare || policy.is_none();
     if !compare && policies.is_some() {
@@ -378,7 +378,7 @@ impl Report<'_> {
 
 impl Drop for Report<'_> {
     fn drop(&mut self) {
-        let _ = self.0.first_failure.set("a worker panicked before go".into());
+        self.0.failed("a worker panicked before go".into());
         self.0.ready_and_wait(false);
     }
 }

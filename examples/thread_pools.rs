@@ -146,7 +146,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
         }
     }
     if compare && policy.is_some() {
-        return Err("--compare runs every policy: drop --policy, or --compare for a single run".into());
+        return Err("--compare and --policy exclude each other: --policy is a single run of one policy".into());
     }
     let compare = compare || policy.is_none();
     if !compare && policies.is_some() {
