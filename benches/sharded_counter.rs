@@ -35,11 +35,14 @@ fn counter_note(counter: &ShardedCounter, pool: &Pool) -> String {
     let s = group.stats();
     let enters = s.enter_task_fast + s.enter_cpu_fast + s.enter_task_slow + s.enter_cpu_slow + s.enter_temporary;
     format!(
-        "{} shards allocated (max_cids {}, mode {:?}, users {}; {:.0}% of enters took a temporary CID)",
+        "{} shards allocated (max_cids {}, mode {:?}, users {}; {} adds as one sequence, {} enters, {:.0}% of \
+         them took a temporary CID)",
         counter.shards_allocated(),
         group.max_cids(),
         group.mode(),
         group.users(),
+        s.counter_sequences,
+        enters,
         100.0 * s.enter_temporary as f64 / enters.max(1) as f64
     )
 }

@@ -86,10 +86,12 @@ fn main() -> ExitCode {
     );
     let stats = group.stats();
     println!(
-        "enters:           {} per-task fast, {} per-CPU fast, {} temporary; {} mode switches",
+        "enters:           {} per-task fast, {} per-CPU fast, {} temporary, and {} adds as one sequence; {} mode \
+         switches",
         stats.enter_task_fast,
         stats.enter_cpu_fast,
         stats.enter_temporary,
+        stats.counter_sequences,
         stats.switches_to_per_cpu + stats.switches_to_per_task
     );
     if total != expected {

@@ -282,6 +282,8 @@ mod tests {
             });
         });
         assert_eq!(counter.sum(), HOLDS + adds.load(Relaxed), "an add landed on a CID a guard held");
+        // The adds between the holds took the sequence (else this checked the guard path only).
+        assert!(group.stats().counter_sequences > 0, "{:?}", group.stats());
         drop(extra);
     }
 
@@ -309,6 +311,7 @@ mod tests {
             };
             let committed = (0..1000).filter(|_| sequence(2) == Some(true)).count();
             assert!(committed > 900, "only {committed} of 1000 sequence adds committed");
+            assert_eq!(group.stats().counter_sequences, committed as u64, "each commit counted, nothing else");
             assert_eq!(counter.sum(), 1 + 2 * committed as u64);
             // The core's CID borrowed by a guard of this thread: the sequence must step aside.
             let mut reg = group.register();

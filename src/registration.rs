@@ -493,7 +493,7 @@ impl Registration {
         if !sys::rseq::add_if(cpu as u32, &g.hot.mode, &g.slots[cpu], s, cell, n) {
             return false;
         }
-        self.rec.counters.bump(Ev::CpuFast);
+        self.rec.counters.bump(Ev::Sequence);
         true
     }
 

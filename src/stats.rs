@@ -10,6 +10,7 @@
 pub(crate) enum Ev {
     TaskFast,
     CpuFast,
+    Sequence,
     TaskSlow,
     CpuSlow,
     Converge,
@@ -48,8 +49,7 @@ const EVENTS: usize = Ev::FixupTake as usize + 1;
 pub struct Stats {
     /// Enters that took the per-task fast path (no read-modify-write).
     pub enter_task_fast: u64,
-    /// Enters that took the per-CPU fast path (borrowed the core's CID with one rseq sequence or CAS), plus the
-    /// `ShardedCounter` updates done as one whole sequence on the core's idle CID (no guard, no exit).
+    /// Enters that took the per-CPU fast path (borrowed the core's CID with one rseq sequence or CAS).
     pub enter_cpu_fast: u64,
     /// Enters that kept or got the registration's own CID on the slow path (after a switch, out of range, or
     /// first use).
@@ -59,11 +59,13 @@ pub struct Stats {
     /// Enters that moved a CID back under `max_cids` (I4); also counted in one of the categories above.
     pub enter_converge: u64,
     /// Enters that took a temporary CID because the core's CID was in use. Every enter is exactly one of
-    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`; the sum also
-    /// includes `ShardedCounter`'s sequence updates (in `enter_cpu_fast`).
+    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`.
     pub enter_temporary: u64,
     /// Enters that allocated a CID from the bitmap (also counted in one of the categories above).
     pub enter_alloc: u64,
+    /// [`ShardedCounter`](crate::ShardedCounter) updates done as one restartable sequence on the core's idle CID
+    /// (per-CPU mode with rseq): no enter, no exit, so counted here and in no `enter_*` field.
+    pub counter_sequences: u64,
     /// CIDs taken from another core's idle slot to converge (per-CPU reclaim).
     pub steals: u64,
     /// CIDs adopted at exit after a switch completed (instead of two bitmap operations).
@@ -148,6 +150,7 @@ impl Stats {
             enter_converge: t[Ev::Converge as usize],
             enter_temporary: t[Ev::Temporary as usize],
             enter_alloc: t[Ev::Alloc as usize],
+            counter_sequences: t[Ev::Sequence as usize],
             steals: t[Ev::Steal as usize],
             exit_adopt: t[Ev::Adopt as usize],
             exit_transit_drop: t[Ev::TransitDrop as usize],

@@ -126,8 +126,8 @@ fn counter_conservation_under_churn() {
 }
 
 /// Conservation on the machine's real cores, where per-CPU adds are restartable sequences (design.md §9.2) when
-/// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (nearly all of them committed
-/// as sequences when a reviewer counted; the test asserts only that per-CPU fast paths ran) and, one operation in
+/// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (more than half of them must
+/// commit as sequences, `Stats::counter_sequences`) and, one operation in
 /// eight, under a guard of their own registration (`add_with`); threads
 /// re-register every round, so the group crosses into per-CPU mode (on 2 cores it goes back only at the end).
 /// The same with rseq off. It checks the whole-counter bookkeeping across both paths; the races themselves are
@@ -179,6 +179,13 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
         assert_eq!(counter.sum(), expected, "rseq {rseq}: an add or sub lost or counted twice");
         let stats = group.stats();
         assert!(stats.switches_to_per_cpu >= 1 && stats.enter_cpu_fast > 0, "rseq {rseq}: {stats:?}");
+        // Where rseq is on, most adds were sequences (not just possible ones): else this test checked only the
+        // in-place enter. Off, none is.
+        let adds = threads as u64 * 4 * 100_000 * 7 / 8;
+        match rseq && group.uses_rseq() {
+            true => assert!(stats.counter_sequences > adds / 2, "{adds} adds: {stats:?}"),
+            false => assert_eq!(stats.counter_sequences, 0, "{stats:?}"),
+        }
         assert_eq!(group.users(), 0);
         assert_eq!(stats.cids_in_use, 0, "rseq {rseq}: {stats:?}");
     }
