@@ -41,11 +41,42 @@ fn churn_with(
     let payload = Arc::new(Payload::new(4096));
     let guards = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    // Midway drain, so that the run crosses back to per-task while it goes on (the final stats cannot show it:
+    // the last drops always cross back): at round rounds / 2 every worker but 0 has unregistered and the churner
+    // holds nothing (gate A) while worker 0 holds a guard (a switch back here, where the threshold allows it at
+    // one user, runs under that live guard); then worker 0 leaves too (gate C: no user, per-task for sure) and
+    // everyone carries on (gate D). The test thread looks at the group between the gates.
+    let gate = Arc::new(common::Gate::new(workers + 2));
+    let draining = Arc::new(AtomicBool::new(false));
+    // I2 hard bound: below users + cores, and users never exceed the workers plus the churner's 5 extras.
+    let hard_bound = workers + 5 + cores;
     let mut handles = Vec::new();
     for w in 0..workers {
         let (group, occ, payload, guards) = (group.clone(), occ.clone(), payload.clone(), guards.clone());
+        let (gate, draining) = (gate.clone(), draining.clone());
         handles.push(thread::spawn(move || {
             for round in 0..rounds {
+                if round == rounds / 2 {
+                    draining.store(true, SeqCst);
+                    if w == 0 {
+                        let mut reg = group.register();
+                        let guard = reg.enter();
+                        let cid = guard.cid().get();
+                        occ.enter(cid);
+                        payload.bump(cid);
+                        gate.wait(); // A
+                        gate.wait(); // B
+                        occ.exit(cid);
+                        drop(guard);
+                        guards.fetch_add(1, SeqCst);
+                        drop(reg);
+                    } else {
+                        gate.wait(); // A
+                        gate.wait(); // B
+                    }
+                    gate.wait(); // C
+                    gate.wait(); // D
+                }
                 let mut reg = group.register();
                 if virtual_cores.is_some() {
                     reg.set_cpu(Some((w + round) % cores)).unwrap();
@@ -54,8 +85,7 @@ fn churn_with(
                     let guard = reg.enter();
                     let cid = guard.cid().get();
                     occ.enter(cid);
-                    // I2 hard bound: below users + cores (users never exceed workers + churners here).
-                    assert!(cid < 64 + cores, "I2 hard bound: CID {cid}");
+                    assert!(cid < hard_bound, "I2 hard bound: CID {cid}, {workers} workers + 5 + {cores} cores");
                     payload.bump(cid);
                     if i == 13 && round % 2 == 1 {
                         // I7 under churn: a panic inside the guard releases the CID during unwinding.
@@ -84,17 +114,30 @@ fn churn_with(
     };
     let churner = {
         let (group, stop) = (group.clone(), stop.clone());
+        let (gate, draining) = (gate.clone(), draining.clone());
         thread::spawn(move || {
-            let mut n = 0;
+            let (mut n, mut drained) = (0, false);
             while !stop.load(SeqCst) {
+                if !drained && draining.load(SeqCst) {
+                    (0..4).for_each(|_| gate.wait()); // A to D, holding nothing
+                    drained = true;
+                }
                 let extra: Vec<_> = (0..(n % 6)).map(|_| group.register()).collect();
                 thread::yield_now();
                 drop(extra);
                 n += 1;
             }
+            assert!(drained, "the churner took part in the drain");
             n
         })
     };
+    gate.wait(); // A: one user, holding a guard
+    let one_user = (group.users(), group.mode());
+    gate.wait(); // B
+    gate.wait(); // C: nobody
+    assert_eq!((one_user.0, group.users(), group.mode()), (1, 0, Mode::PerTask), "midway drain");
+    let midway = group.stats();
+    gate.wait(); // D
     for h in handles {
         h.join().unwrap();
     }
@@ -104,7 +147,19 @@ fn churn_with(
     assert_eq!(occ.held(), 0);
     assert_eq!(payload.sum(), guards.load(SeqCst), "I8/I1: a plain per-CID increment was lost");
     let stats = group.stats();
-    assert!(stats.switches_to_per_cpu >= 1 && stats.switches_to_per_task >= 1, "did not cross both ways: {stats:?}");
+    // Both ways before the drain's end, and per-CPU again after it where the workers outnumber the cores.
+    assert!(midway.switches_to_per_cpu >= 1 && midway.switches_to_per_task >= 1, "midway: {midway:?}");
+    if workers > cores {
+        assert!(stats.switches_to_per_cpu > midway.switches_to_per_cpu, "not per-CPU again: {stats:?}");
+    }
+    eprintln!(
+        "churn: at one user (guard live) {:?}; switches to per-CPU {} / to per-task {} by the drain, {} / {} in all",
+        one_user.1,
+        midway.switches_to_per_cpu,
+        midway.switches_to_per_task,
+        stats.switches_to_per_cpu,
+        stats.switches_to_per_task
+    );
     let categorised = stats.enter_task_fast
         + stats.enter_cpu_fast
         + stats.enter_task_slow
