@@ -974,6 +974,25 @@ mod tests {
         assert_eq!(run_totals(2, 3, 4, 5), Some((2 * 2 * 3 * 3 * 4, 2 * 2 * 3 * 3 * 4 * 5)));
     }
 
+    /// A tiny run of every policy, both guard placements, sockets and pipes: `run_policy` checks that every
+    /// message was counted exactly once in the per-CID data (a lost update is an error) and that the policy gave
+    /// back every CID.
+    #[test]
+    fn every_policy_runs_and_counts_every_message() {
+        for words in [&["-f", "2", "-l", "20"][..], &["-f", "2", "-l", "20", "--guard", "update", "--pipe"]] {
+            let cfg = parse(words).unwrap().unwrap();
+            for p in 0..POLICIES.len() {
+                let run = Run { groups: 2, cfg: &cfg, cpus: &[] };
+                let result = run_one(p, &run);
+                assert!(result.is_ok(), "{} {words:?}: {result:?}", POLICIES[p]);
+                if POLICIES[p] == "mmcid" {
+                    let stats = result.unwrap().1.expect("mmcid reports its stats");
+                    assert_eq!(stats.cids_in_use, 0, "{stats:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn policies_picks_a_subset_in_table_order() {
         assert_eq!(parse(&[]).unwrap().unwrap().policies, (0..POLICIES.len()).collect::<Vec<_>>());

@@ -589,6 +589,24 @@ mod tests {
         }
     }
 
+    /// A short run of every policy: threads were created and none failed to start, and mmcid (2 pools of 3
+    /// threads on this machine's cores and on 8 virtual ones) crossed into per-CPU mode and back, since the
+    /// pools' threads come and go.
+    #[test]
+    fn every_policy_runs() {
+        for virtual_cpus in [None, Some(8)] {
+            let setup = Setup { pools: 2, threads: 3, virtual_cpus };
+            for p in 0..POLICIES.len() {
+                let out = run_one(p, setup, 0.05).unwrap_or_else(|e| panic!("{}: {e}", POLICIES[p]));
+                assert!(out.created > 0 && out.failures == 0, "{}: {out:?}", POLICIES[p]);
+                if POLICIES[p] == "mmcid" && virtual_cpus.is_none() && mmcid::Group::new().cores() < 6 {
+                    let (to_cpu, to_task) = out.switches.expect("mmcid reports its switches");
+                    assert!(to_cpu >= 1 && to_task >= 1, "{out:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn policies_picks_a_subset_in_table_order() {
         let cfg = parse(&["--policies", "none,lazy-all,mmcid"]).unwrap().unwrap();
