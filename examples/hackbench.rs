@@ -981,11 +981,11 @@ mod tests {
     fn every_policy_runs_and_counts_every_message() {
         for words in [&["-f", "2", "-l", "20"][..], &["-f", "2", "-l", "20", "--guard", "update", "--pipe"]] {
             let cfg = parse(words).unwrap().unwrap();
-            for p in 0..POLICIES.len() {
+            for (p, name) in POLICIES.iter().enumerate() {
                 let run = Run { groups: 2, cfg: &cfg, cpus: &[] };
                 let result = run_one(p, &run);
-                assert!(result.is_ok(), "{} {words:?}: {result:?}", POLICIES[p]);
-                if POLICIES[p] == "mmcid" {
+                assert!(result.is_ok(), "{name} {words:?}: {result:?}");
+                if *name == "mmcid" {
                     let stats = result.unwrap().1.expect("mmcid reports its stats");
                     assert_eq!(stats.cids_in_use, 0, "{stats:?}");
                 }

@@ -596,10 +596,10 @@ mod tests {
     fn every_policy_runs() {
         for virtual_cpus in [None, Some(8)] {
             let setup = Setup { pools: 2, threads: 3, virtual_cpus };
-            for p in 0..POLICIES.len() {
-                let out = run_one(p, setup, 0.05).unwrap_or_else(|e| panic!("{}: {e}", POLICIES[p]));
-                assert!(out.created > 0 && out.failures == 0, "{}: {out:?}", POLICIES[p]);
-                if POLICIES[p] == "mmcid" && virtual_cpus.is_none() && mmcid::Group::new().cores() < 6 {
+            for (p, name) in POLICIES.iter().enumerate() {
+                let out = run_one(p, setup, 0.05).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(out.created > 0 && out.failures == 0, "{name}: {out:?}");
+                if *name == "mmcid" && virtual_cpus.is_none() && mmcid::Group::new().cores() < 6 {
                     let (to_cpu, to_task) = out.switches.expect("mmcid reports its switches");
                     assert!(to_cpu >= 1 && to_task >= 1, "{out:?}");
                 }
