@@ -6,8 +6,9 @@ use crate::{sys, Error};
 ///
 /// [`CpuSet::current`] and [`CpuSet::from_cpus`] validate their input (I9): no empty sets, no CPU at or beyond the
 /// machine's possible CPUs, no CPU outside the CPUs the process may run on (the affinity mask of the calling thread
-/// or of the process's main thread). [`CpuSet::virtual_set`] checks only emptiness and its own range; a group or
-/// runtime over real cores checks every set again, whatever made it.
+/// or of the process's main thread). [`CpuSet::virtual_set`] checks only emptiness and its own range, for virtual
+/// groups; a group over real cores checks a set against the possible CPUs, and a runtime (which pins threads)
+/// checks it against the masks again.
 ///
 /// ```
 /// use mmcid::CpuSet;
@@ -45,13 +46,7 @@ impl CpuSet {
     /// Checks the set as real cores (I9), whatever constructor made it: not empty, below the machine's possible
     /// CPUs, and each in the affinity mask of the calling thread or of the process's main thread.
     pub(crate) fn check_real(&self) -> Result<(), Error> {
-        if self.is_empty() {
-            return Err(Error::EmptyCpuSet);
-        }
-        let possible = sys::possible_cpus();
-        if let Some(cpu) = self.iter().find(|&c| c >= possible) {
-            return Err(Error::CpuOutOfRange { cpu, possible });
-        }
+        self.check_possible()?;
         let mut allowed = CpuSet::current()?;
         // A main thread that has exited is a zombie until the process ends: its mask is the one it had then (and
         // a cpuset change since does not reach it). Should it be unreadable, the calling thread's mask decides.
@@ -60,6 +55,18 @@ impl CpuSet {
         }
         match self.iter().find(|&c| !allowed.contains(c)) {
             Some(cpu) => Err(Error::CpuNotAllowed { cpu }),
+            None => Ok(()),
+        }
+    }
+
+    /// Not empty, and every CPU below the machine's possible CPUs.
+    pub(crate) fn check_possible(&self) -> Result<(), Error> {
+        if self.is_empty() {
+            return Err(Error::EmptyCpuSet);
+        }
+        let possible = sys::possible_cpus();
+        match self.iter().find(|&c| c >= possible) {
+            Some(cpu) => Err(Error::CpuOutOfRange { cpu, possible }),
             None => Ok(()),
         }
     }
