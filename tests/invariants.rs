@@ -590,6 +590,33 @@ fn i9_bad_input() {
     assert_quiescent_empty(&group);
 }
 
+/// The registration limit is a typed error, and a refused registration changes nothing: the group fills its
+/// whole CID space (about a million registrations, one CID per core kept free), one more is refused with the
+/// limit named, and after dropping one a registration fits again; at the end nothing is left marked (I5).
+#[test]
+fn registrations_beyond_the_cid_space_are_a_typed_error() {
+    let group = Group::builder().virtual_cpus(65_536).build().unwrap();
+    let mut regs = Vec::new();
+    let limit = loop {
+        match group.try_register() {
+            Ok(reg) => regs.push(reg),
+            Err(Error::TooManyRegistrations { limit }) => break limit,
+            Err(other) => panic!("expected TooManyRegistrations, got {other:?}"),
+        }
+        assert!(regs.len() <= 1 << 20, "no limit after {} registrations", regs.len());
+    };
+    assert_eq!(regs.len(), limit);
+    assert_eq!(group.users(), limit);
+    let err = group.try_register().unwrap_err();
+    assert!(err.to_string().contains(&limit.to_string()), "{err}");
+    regs.pop();
+    let again = group.try_register().expect("room for one after a drop");
+    assert_eq!(group.users(), limit);
+    drop(again);
+    drop(regs);
+    assert_quiescent_empty(&group);
+}
+
 /// Kernel 4327fb13fa47 (BPF CI): 4 CPUs, a 5th thread created while the others run and migrate between cores.
 /// The switch must neither livelock nor exhaust the CID space.
 #[test]
