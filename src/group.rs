@@ -919,7 +919,7 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn rseq_borrows_exclude_the_threads_of_one_cpu() {
-        use std::sync::atomic::{AtomicU64, Ordering::*};
+        use std::sync::atomic::Ordering::*;
         let g = Group::new();
         if !g.uses_rseq() {
             eprintln!("rseq_borrows_exclude_the_threads_of_one_cpu: no rseq borrows here, nothing to check");
@@ -933,30 +933,12 @@ mod tests {
                 slot.store(slot::owned(inner.bitmap.get()), Release); // as a first enter on the core would
             }
         }
-        let counts: Vec<AtomicU64> = (0..inner.cores).map(|_| AtomicU64::new(0)).collect();
         let rounds: u64 = if cfg!(debug_assertions) { 500_000 } else { 5_000_000 };
-        let threads = 4 * sys::affinity().unwrap().len();
-        let start = std::sync::Barrier::new(threads);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    start.wait(); // all at once: the threads of a CPU must overlap
-                    let mut done = 0;
-                    while done < rounds {
-                        let cpu = sys::rseq::cpu_id().expect("an rseq group implies a registered area");
-                        let word = inner.slots[cpu].load(Relaxed);
-                        if slot::idle_cid(word).is_some() && inner.borrow_slot(cpu, word) {
-                            let v = counts[cpu].load(Relaxed);
-                            std::hint::black_box(());
-                            counts[cpu].store(v + 1, Relaxed);
-                            inner.slots[cpu].store(word, Release); // the exit's X1
-                            done += 1;
-                        }
-                    }
-                });
-            }
+        let (threads, total) = sys::tests::per_cpu_exclusion(rounds, |cpu| {
+            let word = inner.slots[cpu].load(Relaxed);
+            (slot::idle_cid(word).is_some() && inner.borrow_slot(cpu, word))
+                .then_some(move || inner.slots[cpu].store(word, Release)) // the exit's X1
         });
-        let total: u64 = counts.iter().map(|c| c.load(Relaxed)).sum();
         assert_eq!(total, threads as u64 * rounds, "two threads of one CPU borrowed its CID at once");
         drop(regs);
         assert!(g.audit().is_consistent(), "{:?}", g.audit());

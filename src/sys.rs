@@ -449,7 +449,7 @@ mod imp {
 pub(crate) use imp::*;
 
 #[cfg(all(test, not(loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -507,6 +507,39 @@ mod tests {
         Some(if cfg!(debug_assertions) { 2_000_000 } else { 10_000_000 })
     }
 
+    /// The harness of the exclusion tests: 4 unpinned threads per allowed CPU, started together, each makes
+    /// `rounds` successful `try_hold(cpu)` calls on the CPU it runs on, increments a plain per-CPU counter (load,
+    /// store) while holding, then runs the release `try_hold` returned. Returns the thread count and the sum of
+    /// the counters, which falls short of `threads × rounds` if two threads of one CPU held at once.
+    pub(crate) fn per_cpu_exclusion<R: FnOnce()>(
+        rounds: u64,
+        try_hold: impl Fn(usize) -> Option<R> + Sync,
+    ) -> (usize, u64) {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        let counts: Vec<AtomicU64> = (0..possible_cpus()).map(|_| AtomicU64::new(0)).collect();
+        let threads = 4 * affinity().unwrap().len();
+        let start = std::sync::Barrier::new(threads);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    start.wait(); // all at once: the threads of a CPU must overlap
+                    let mut done = 0;
+                    while done < rounds {
+                        let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
+                        if let Some(release) = try_hold(cpu) {
+                            let v = counts[cpu].load(Relaxed);
+                            std::hint::black_box(());
+                            counts[cpu].store(v + 1, Relaxed);
+                            release();
+                            done += 1;
+                        }
+                    }
+                });
+            }
+        });
+        (threads, counts.iter().map(|c| c.load(Relaxed)).sum())
+    }
+
     /// The restartable sequence excludes the threads of one CPU (design.md §4.1.1): 4 unpinned threads per
     /// core borrow their CPU's slot with `store_if` and then increment a plain per-slot counter (load, store), so
     /// a borrow that two threads both won would lose increments. A plain compare-and-store in place of the
@@ -516,38 +549,17 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     fn rseq_store_if_excludes_threads_of_one_cpu() {
         use crate::state::{BUSY, ONCPU};
-        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+        use std::sync::atomic::{AtomicU32, Ordering::*};
         let Some(rounds) = sequence_rounds("rseq_store_if_excludes_threads_of_one_cpu") else { return };
         let cpus = possible_cpus();
         let idle = ONCPU | 7;
         let mode = AtomicU32::new(ONCPU);
         let slots: Vec<AtomicU32> = (0..cpus).map(|_| AtomicU32::new(idle)).collect();
-        let counts: Vec<AtomicU64> = (0..cpus).map(|_| AtomicU64::new(0)).collect();
-        let threads = 4 * affinity().unwrap().len();
-        let aborted_or_busy = AtomicU64::new(0);
-        let start = std::sync::Barrier::new(threads);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    start.wait(); // all at once: the threads of a CPU must overlap
-                    let mut done = 0;
-                    while done < rounds {
-                        let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
-                        let slot = &slots[cpu];
-                        if slot.load(Relaxed) == idle && rseq::store_if(cpu as u32, &mode, slot, idle, idle | BUSY) {
-                            let v = counts[cpu].load(Relaxed);
-                            std::hint::black_box(());
-                            counts[cpu].store(v + 1, Relaxed);
-                            slot.store(idle, Release);
-                            done += 1;
-                        } else {
-                            aborted_or_busy.fetch_add(1, Relaxed);
-                        }
-                    }
-                });
-            }
+        let (threads, total) = per_cpu_exclusion(rounds, |cpu| {
+            let slot = &slots[cpu];
+            (slot.load(Relaxed) == idle && rseq::store_if(cpu as u32, &mode, slot, idle, idle | BUSY))
+                .then_some(move || slot.store(idle, Release))
         });
-        let total: u64 = counts.iter().map(|c| c.load(Relaxed)).sum();
         assert_eq!(total, threads as u64 * rounds, "two threads held one CPU's slot at once");
         // The mode check inside the sequence: without ONCPU nothing commits.
         mode.store(0, Relaxed);
