@@ -589,9 +589,9 @@ mod tests {
         }
     }
 
-    /// A short run of every policy: threads were created and none failed to start, and mmcid (2 pools of 3
-    /// threads on this machine's cores and on 8 virtual ones) crossed into per-CPU mode and back, since the
-    /// pools' threads come and go.
+    /// A short run of every policy, on this machine's cores and on 8 virtual ones: threads were created and none
+    /// failed to start; and where at most 2 cores are allowed (as on CI), mmcid crossed into per-CPU mode and
+    /// back, since one pool's 3 registered threads already outnumber them.
     #[test]
     fn every_policy_runs() {
         for virtual_cpus in [None, Some(8)] {
@@ -599,7 +599,7 @@ mod tests {
             for (p, name) in POLICIES.iter().enumerate() {
                 let out = run_one(p, setup, 0.05).unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert!(out.created > 0 && out.failures == 0, "{name}: {out:?}");
-                if *name == "mmcid" && virtual_cpus.is_none() && mmcid::Group::new().cores() < 6 {
+                if *name == "mmcid" && virtual_cpus.is_none() && mmcid::Group::new().cpus().len() <= 2 {
                     let (to_cpu, to_task) = out.switches.expect("mmcid reports its switches");
                     assert!(to_cpu >= 1 && to_task >= 1, "{out:?}");
                 }

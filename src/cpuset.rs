@@ -7,8 +7,8 @@ use crate::{sys, Error};
 /// [`CpuSet::current`] and [`CpuSet::from_cpus`] validate their input (I9): no empty sets, no CPU at or beyond the
 /// machine's possible CPUs, no CPU outside the CPUs the process may run on (the affinity mask of the calling thread
 /// or of the process's main thread). [`CpuSet::virtual_set`] checks only emptiness and its own range, for virtual
-/// groups; a group over real cores checks a set against the possible CPUs, and a runtime (which pins threads)
-/// checks it against the masks again.
+/// groups: a group or runtime over real cores given such a set checks it against the masks itself. A set made by
+/// `current` or `from_cpus` stays valid after the thread narrows its own mask (pins itself, say).
 ///
 /// ```
 /// use mmcid::CpuSet;
@@ -18,9 +18,27 @@ use crate::{sys, Error};
 /// assert_eq!(one.len(), 1);
 /// assert!(one.contains(first));
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct CpuSet {
     words: Vec<u64>,
+    /// Made by [`CpuSet::current`] or [`CpuSet::from_cpus`], so checked against the affinity masks when it was
+    /// made (not part of equality: two sets of the same CPUs are equal however they were made).
+    checked: bool,
+}
+
+impl PartialEq for CpuSet {
+    fn eq(&self, other: &CpuSet) -> bool {
+        // Trailing zero words are never stored (`insert` grows only as far as the highest CPU).
+        self.words == other.words
+    }
+}
+
+impl Eq for CpuSet {}
+
+impl std::hash::Hash for CpuSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.words.hash(state);
+    }
 }
 
 impl CpuSet {
@@ -31,7 +49,7 @@ impl CpuSet {
         if set.is_empty() {
             return Err(Error::EmptyCpuSet);
         }
-        Ok(set)
+        Ok(CpuSet { checked: true, ..set })
     }
 
     /// A set of the given CPUs, each checked against the possible CPUs and the CPUs the process may run on (the
@@ -40,7 +58,19 @@ impl CpuSet {
     pub fn from_cpus<I: IntoIterator<Item = usize>>(cpus: I) -> Result<CpuSet, Error> {
         let set = CpuSet::below(cpus, sys::possible_cpus())?;
         set.check_real()?;
-        Ok(set)
+        Ok(CpuSet { checked: true, ..set })
+    }
+
+    /// The check a group or runtime over real cores makes: a set made by [`CpuSet::current`] or
+    /// [`CpuSet::from_cpus`] was checked against the affinity masks then, and only the possible CPUs count now
+    /// (the thread may have narrowed its own mask since, e.g. pinned itself to one of the cores); any other set
+    /// (e.g. [`CpuSet::virtual_set`]) gets the whole [`check_real`](CpuSet::check_real).
+    pub(crate) fn validate_real(&self) -> Result<(), Error> {
+        if self.checked {
+            self.check_possible()
+        } else {
+            self.check_real()
+        }
     }
 
     /// Checks the set as real cores (I9), whatever constructor made it: not empty, below the machine's possible
@@ -87,7 +117,7 @@ impl CpuSet {
     /// A non-empty set of CPUs each below `limit`; checks every CPU before it sizes the set, so a huge number is
     /// an error, not an allocation failure (I9).
     pub(crate) fn below<I: IntoIterator<Item = usize>>(cpus: I, limit: usize) -> Result<CpuSet, Error> {
-        let mut set = CpuSet { words: Vec::new() };
+        let mut set = CpuSet { words: Vec::new(), checked: false };
         for cpu in cpus {
             if cpu >= limit {
                 return Err(Error::CpuOutOfRange { cpu, possible: limit });
@@ -102,7 +132,7 @@ impl CpuSet {
 
     /// Unvalidated set (for virtual CPUs and internal unions).
     pub(crate) fn raw<I: IntoIterator<Item = usize>>(cpus: I) -> CpuSet {
-        let mut set = CpuSet { words: Vec::new() };
+        let mut set = CpuSet { words: Vec::new(), checked: false };
         for cpu in cpus {
             set.insert(cpu);
         }

@@ -132,9 +132,6 @@ pub struct GroupBuilder {
     virtual_cpus: Option<usize>,
     /// A bad `cpus_virtual` argument, reported by `build`.
     invalid: Option<Error>,
-    /// The cores came from `cpus_virtual`, as bare numbers: a group over real cores checks them the way
-    /// `CpuSet::from_cpus` would (a `CpuSet` given to `cpus` was checked when it was made).
-    bare: bool,
     asymmetric: bool,
     /// `restartable_sequences`: `None` = where available (never under loom).
     rseq: Option<bool>,
@@ -164,7 +161,6 @@ impl Group {
             cpus: None,
             virtual_cpus: None,
             invalid: None,
-            bare: false,
             asymmetric: true,
             rseq: None,
             #[cfg(loom)]
@@ -316,7 +312,7 @@ impl Group {
             return Err(Error::CpuOutOfRange { cpu, possible: inner.cores });
         }
         if !inner.virtual_cpus {
-            cpus.check_real()?;
+            cpus.validate_real()?;
         }
         let mut life = inner.life.lock();
         if life.allowed.union_with(cpus) {
@@ -395,7 +391,7 @@ impl GroupBuilder {
     /// The cores the group may use (default: the calling thread's affinity mask).
     pub fn cpus(mut self, cpus: CpuSet) -> Self {
         // The last call that sets the cores wins, a rejected one included.
-        (self.cpus, self.invalid, self.bare) = (Some(cpus), None, false);
+        (self.cpus, self.invalid) = (Some(cpus), None);
         self
     }
 
@@ -411,8 +407,8 @@ impl GroupBuilder {
     /// virtual cores is reported by [`build`](GroupBuilder::build).
     pub fn cpus_virtual<I: IntoIterator<Item = usize>>(mut self, cpus: I) -> Self {
         match CpuSet::below(cpus, MAX_CPUS) {
-            Ok(set) => (self.cpus, self.invalid, self.bare) = (Some(set), None, true),
-            Err(e) => (self.cpus, self.invalid, self.bare) = (None, Some(e), true),
+            Ok(set) => (self.cpus, self.invalid) = (Some(set), None),
+            Err(e) => (self.cpus, self.invalid) = (None, Some(e)),
         }
         self
     }
@@ -451,11 +447,10 @@ impl GroupBuilder {
     /// - [`Error::EmptyCpuSet`] for an empty set;
     /// - [`Error::CpuOutOfRange`] for a CPU at or beyond the virtual cores, or (real cores) the machine's possible
     ///   CPUs;
-    /// - real cores given as numbers to [`GroupBuilder::cpus_virtual`]: [`Error::CpuNotAllowed`] for one outside
-    ///   the affinity masks of the calling thread and of the process's main thread, as [`CpuSet::from_cpus`]
-    ///   checks. A [`CpuSet`] given to [`GroupBuilder::cpus`] is not checked against the masks again: it was when
-    ///   it was made, and a thread may narrow its own mask after taking the set (e.g. pin itself to one core and
-    ///   then build a group over all of them);
+    /// - real cores: [`Error::CpuNotAllowed`] for one outside the affinity masks of the calling thread and of the
+    ///   process's main thread, unless the set came from [`CpuSet::current`] or [`CpuSet::from_cpus`], which
+    ///   checked it when it was made (a thread may narrow its own mask after taking the set, e.g. pin itself to
+    ///   one core and then build a group over all of them);
     /// - [`Error::Os`] if the calling thread's affinity mask cannot be read.
     ///
     /// ```
@@ -488,11 +483,7 @@ impl GroupBuilder {
                     Some(c) => c,
                     None => CpuSet::current()?,
                 };
-                if self.bare {
-                    cpus.check_real()?;
-                } else {
-                    cpus.check_possible()?;
-                }
+                cpus.validate_real()?;
                 Ok(GroupBuilder { cpus: Some(cpus), ..self }.build_unchecked())
             }
         }

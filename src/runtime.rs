@@ -149,10 +149,11 @@ impl RuntimeBuilder {
     /// - [`Error::ZeroThreads`] for `threads_per_cpu(0)`; [`Error::ValueOutOfRange`] when `threads_per_cpu` times
     ///   the cores exceeds the registrations the group can hold, or for a stack below
     ///   [`RuntimeBuilder::MIN_STACK_SIZE`];
-    /// - [`Error::EmptyCpuSet`], [`Error::CpuOutOfRange`] (beyond the machine's possible CPUs) or
-    ///   [`Error::CpuNotAllowed`] (outside the affinity masks of the calling thread and of the process's main
-    ///   thread) for the CPU set, re-checked here
-    ///   whatever constructor made it (a [`CpuSet::virtual_set`] is accepted only if it names real cores);
+    /// - [`Error::EmptyCpuSet`] or [`Error::CpuOutOfRange`] (beyond the machine's possible CPUs) for the CPU set,
+    ///   whatever constructor made it, and [`Error::CpuNotAllowed`] (outside the affinity masks of the calling
+    ///   thread and of the process's main thread) unless [`CpuSet::current`] or [`CpuSet::from_cpus`] made it
+    ///   and checked that then (a [`CpuSet::virtual_set`] is accepted only if it names real cores the process
+    ///   may use); the probe below is the last word;
     /// - [`Error::CpuNotInGroup`] when the given group may not use one of the runtime's cores;
     /// - [`Error::PinFailed`] when the OS refuses to pin a thread to a core, or the thread does not land there;
     /// - [`Error::Os`] or [`Error::Spawn`] when an OS call fails.
@@ -167,7 +168,7 @@ impl RuntimeBuilder {
             Some(cpus) => cpus,
             None => CpuSet::current()?,
         };
-        cpus.check_real()?;
+        cpus.validate_real()?;
         let group = match self.group {
             Some(group) => {
                 let allowed = group.cpus();

@@ -511,6 +511,7 @@ pub(crate) mod tests {
     /// `rounds` successful `try_hold(cpu)` calls on the CPU it runs on, increments a plain per-CPU counter (load,
     /// store) while holding, then runs the release `try_hold` returned. Returns the thread count and the sum of
     /// the counters, which falls short of `threads × rounds` if two threads of one CPU held at once.
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn per_cpu_exclusion<R: FnOnce()>(
         rounds: u64,
         try_hold: impl Fn(usize) -> Option<R> + Sync,

@@ -139,10 +139,19 @@ fn churn_with(
     assert_eq!((one_user.0, group.users(), group.mode()), (1, 0, Mode::PerTask), "midway drain");
     let midway = group.stats();
     gate.wait(); // D
-    for h in handles {
-        h.join().unwrap();
+    {
+        // Stops the churner even if a worker's failure unwinds through here.
+        struct StopOnDrop(Arc<AtomicBool>);
+        impl Drop for StopOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, SeqCst);
+            }
+        }
+        let _stop = StopOnDrop(stop.clone());
+        for h in handles {
+            h.join().unwrap();
+        }
     }
-    stop.store(true, SeqCst);
     churner.join().unwrap();
     side.join().unwrap();
     assert_eq!(occ.held(), 0);
@@ -183,14 +192,22 @@ fn i1_i8_churn_crossing_modes_real_cores() {
     // are restartable sequences where the platform has them (design.md §4.1.1).
     let group = Group::new();
     assert_eq!(group.uses_rseq(), rseq_expected(), "restartable sequences where glibc registered rseq");
-    churn(group, None, 5, 20);
+    let workers = real_core_workers(&group);
+    churn(group, None, workers, 20);
+}
+
+/// Workers for a churn over the machine's real cores: more than the cores, so the group goes per-CPU whatever
+/// the machine (5 on CI's 2 cores).
+fn real_core_workers(group: &Group) -> usize {
+    (2 * group.cpus().len() + 1).max(5)
 }
 
 #[test]
 fn i1_i8_churn_crossing_modes_real_cores_cas() {
     let group = Group::builder().restartable_sequences(false).build().unwrap();
     assert!(!group.uses_rseq());
-    churn(group, None, 5, 20);
+    let workers = real_core_workers(&group);
+    churn(group, None, workers, 20);
 }
 
 /// Whether this platform should give real-core groups rseq borrows: x86_64 and a glibc that registered an area

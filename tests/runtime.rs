@@ -367,27 +367,47 @@ fn bad_input_is_a_typed_error() {
     assert_eq!(default.unwrap(), CpuSet::from_cpus([cpus[0]]).unwrap(), "default: the thread's mask");
 }
 
-/// I9 for the whole process: with every thread of the process pinned to one CPU (a child process of this test,
-/// narrowed before `exec`, so its main thread too), a second CPU given as a number is refused by every path that
-/// takes real cores, and so is a set that skipped the check (`virtual_set`) wherever threads get pinned or the
-/// group widens; virtual groups do not care.
+/// Pins thread `tid` (0: the calling one) to `cpu`.
+fn narrow(tid: libc::pid_t, cpu: usize) {
+    // SAFETY: cpu_set_t is plain old data; `cpu` is below its bit size (a CPU of this machine).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "sched_setaffinity({tid}, {{{cpu}}})");
+}
+
+/// I9 for the whole process, in a child process of this test that narrows its main thread and the test's thread
+/// to one CPU after taking the set of all: a second CPU given as a number, or in a set that skipped the check
+/// (`virtual_set`), is refused by every path that takes real cores; virtual groups do not care; and the set taken
+/// before narrowing stays valid for groups (checked when it was made: a thread may pin itself after taking it).
 #[test]
 fn a_cpu_outside_every_mask_is_refused_by_every_path() {
     const CHILD: &str = "MMCID_TEST_ONE_CPU_CHILD";
     const NAME: &str = "a_cpu_outside_every_mask_is_refused_by_every_path";
     if let Some(arg) = std::env::var_os(CHILD) {
-        let other: usize = arg.to_str().and_then(|s| s.parse().ok()).expect("the parent passes a CPU number");
+        let (first, other) = arg
+            .to_str()
+            .and_then(|s| s.split_once(','))
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+            .expect("the parent passes two CPU numbers");
+        let wide = CpuSet::current().unwrap();
+        assert!(wide.contains(first) && wide.contains(other), "the child starts on both CPUs: {wide:?}");
+        // SAFETY: getpid has no preconditions.
+        narrow(unsafe { libc::getpid() }, first); // the main thread
+        narrow(0, first); // this one
         assert_eq!(CpuSet::current().unwrap().len(), 1, "the child runs on one CPU");
         let refused: Result<(), Error> = Err(Error::CpuNotAllowed { cpu: other });
         let virt = CpuSet::virtual_set([other]).unwrap();
         assert_eq!(CpuSet::from_cpus([other]).map(|_| ()), refused);
         assert_eq!(Group::builder().cpus_virtual([other]).build().map(|_| ()), refused);
-        // A `CpuSet` is checked against the masks when it is made, not again by the group (a thread may narrow
-        // itself after taking one): only the possible CPUs count here.
-        assert_eq!(Group::builder().cpus(virt.clone()).build().map(|g| g.cpus()), Ok(virt.clone()));
+        assert_eq!(Group::builder().cpus(virt.clone()).build().map(|_| ()), refused);
         assert_eq!(Group::new().set_cpus_allowed(&virt), refused);
         assert_eq!(Runtime::builder().cpus(virt).build().map(|_| ()), refused);
         assert!(Group::builder().virtual_cpus(other + 1).cpus_virtual([other]).build().is_ok());
+        assert_eq!(Group::builder().cpus(wide.clone()).build().map(|g| g.cpus()), Ok(wide.clone()));
+        assert_eq!(Group::new().set_cpus_allowed(&wide), Ok(()));
         println!("child: every path refused CPU {other}");
         return;
     }
@@ -397,21 +417,11 @@ fn a_cpu_outside_every_mask_is_refused_by_every_path() {
         return;
     }
     let (first, other) = (cpus[0], cpus[1]);
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
-    child.args(["--exact", NAME, "--nocapture", "--test-threads=1"]).env(CHILD, other.to_string());
-    // SAFETY: the hook runs in the forked child before exec and only makes one system call
-    // (sched_setaffinity is async-signal-safe) on a set it owns.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut child, move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(first, &mut set);
-            match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
-    let out = child.output().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{first},{other}"))
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(
