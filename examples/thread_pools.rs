@@ -145,14 +145,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if compare && policy.is_some() {
-        return Err("--compare and --policy exclude each other: --policy is a single run of one policy".into());
-    }
-    let compare = compare || policy.is_none();
-    if !compare && policies.is_some() {
-        return Err("--policies lists the policies of a comparison: use it without --policy".into());
-    }
-    let policies = policies.unwrap_or_else(|| (0..POLICIES.len()).collect());
+    let (compare, policies) = common::compare_mode(compare, policy, policies)?;
     let defaults = pools.is_none() && threads.is_none() && vcpus.is_none();
     let (pools, threads) = (pools.unwrap_or(8), threads.unwrap_or(8));
     if pools.saturating_mul(threads.saturating_add(1)) > MAX_THREADS {

@@ -53,6 +53,23 @@ pub fn parse_policies(list: &str) -> Result<Vec<usize>, String> {
     Ok((0..POLICIES.len()).filter(|&p| picked[p]).collect())
 }
 
+/// Resolves `--compare`, `--policy` and `--policies`: whether the run is a comparison (the default without
+/// `--policy`) and the policies it compares (every one without `--policies`). `--policy` is a single run, so it
+/// goes with neither of the others.
+pub fn compare_mode(
+    compare: bool,
+    policy: Option<usize>,
+    policies: Option<Vec<usize>>,
+) -> Result<(bool, Vec<usize>), String> {
+    if policy.is_some() && compare {
+        return Err("--compare and --policy exclude each other: --policy is a single run of one policy".into());
+    }
+    if policy.is_some() && policies.is_some() {
+        return Err("--policies lists the policies of a comparison: use it without --policy".into());
+    }
+    Ok((policy.is_none(), policies.unwrap_or_else(|| (0..POLICIES.len()).collect())))
+}
+
 /// The names of the policies `policies` (indexes into [`POLICIES`]) picks.
 pub fn policy_names(policies: &[usize]) -> Vec<&'static str> {
     policies.iter().map(|&p| POLICIES[p]).collect()
