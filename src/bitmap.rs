@@ -109,7 +109,7 @@ impl Bitmap {
         if bits > MAX_BITS {
             return false;
         }
-        let mut have = self.bits.load(Ordering::Relaxed);
+        let mut have = self.bits.load(Ordering::Relaxed); // the caller holds the lifecycle lock: the only writer
         while have < bits {
             let chunk =
                 Box::new(Chunk { lanes: std::array::from_fn(|_| Lane(std::array::from_fn(|_| AtomicU64::new(0)))) });
@@ -285,14 +285,16 @@ impl Bitmap {
         (0..self.capacity() / CHUNK_BITS)
             .filter_map(|c| self.chunk(c))
             .flat_map(|chunk| chunk.lanes.iter().flat_map(|lane| lane.0.iter()))
-            .map(|w| w.load(Ordering::Acquire).count_ones() as usize)
+            // Relaxed: a snapshot for stats and audits; callers that need it exact quiesce first (joins order it).
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
             .sum()
     }
 
     /// Whether `cid` is marked in use.
     pub(crate) fn is_set(&self, cid: u32) -> bool {
         let p = self.place(cid as usize);
-        self.word(p).is_some_and(|w| w.load(Ordering::Acquire) & (1 << p.bit) != 0)
+        // Relaxed: a snapshot, as in `count`.
+        self.word(p).is_some_and(|w| w.load(Ordering::Relaxed) & (1 << p.bit) != 0)
     }
 }
 

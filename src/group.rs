@@ -82,8 +82,9 @@ pub(crate) struct Inner {
     pub(crate) virtual_cpus: bool,
     pub(crate) id: u64,
     users: AtomicUsize,
-    /// Counted `Group` handles (see `Group::counted`). A plain std atomic even under loom: no ordering argument
-    /// rests on it, and the thread-local layer that reads it is not compiled there.
+    /// Counted `Group` handles (see `Group::counted`). A plain std atomic even under loom: its one ordering
+    /// argument (the Release decrement in `Drop` against the Acquire load in `is_abandoned`) serves only the
+    /// thread-local layer, which is not compiled there.
     handles: std::sync::atomic::AtomicUsize,
     life: Mutex<Life>,
     /// Serialises `idle → EMPTY` claims in rseq groups (design.md §4.1.1); never held across user code.
@@ -233,12 +234,14 @@ impl Group {
         inner.users.store(life.users, Ordering::Relaxed);
         let flip = inner.update_limits(&mut life);
         inner.apply(&mut life, flip);
+        // Relaxed: we hold the lifecycle lock, and only its holder stores the mode.
         if inner.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
             // Per-task: the child owns a CID from birth (kernel `sched_mm_cid_fork`). Nobody else can see `rec`'s
             // word yet except fixups, which need the lock we hold.
             let cid = inner.bitmap.get();
             life.counters.bump(Ev::BitmapSet);
-            rec.cid.store(cid, Ordering::Release);
+            // Relaxed: fixups read it under the lock we hold, and the owner receives the registration from us.
+            rec.cid.store(cid, Ordering::Relaxed);
         }
         drop(life);
         Ok(Registration::new(handle, rec, index))
@@ -316,6 +319,7 @@ impl Group {
         }
         let mut life = inner.life.lock();
         if life.allowed.union_with(cpus) {
+            // Relaxed: we hold the lifecycle lock, and only its holder stores the mode.
             if inner.hot.mode.load(Ordering::Relaxed) & ONCPU != 0 {
                 // The kernel recomputes the threshold from opt = min(allowed, users) ≤ users, so `users < thrs`
                 // can never hold there and widening never switches back. We take it from the allowed cores:
@@ -683,6 +687,8 @@ impl Inner {
     fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
         let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
         let slot = &self.slots[cpu];
+        // Acquire, both: what the real sequence's x86 loads are (acquire by TSO); the slot load pairs with the
+        // previous borrower's X1 (I8), the mode load with F1/F4.
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || slot.load(Ordering::Acquire) != expect {
             return false;
         }
@@ -695,6 +701,7 @@ impl Inner {
     #[cfg(loom)]
     pub(crate) fn rseq_run_if(&self, cpu: usize, expect: u32, f: impl FnOnce()) -> bool {
         let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
+        // Acquire, both: as in `rseq_store_if` (x86 loads; I8 through the previous borrower's X1).
         let s = self.slots[cpu].load(Ordering::Acquire);
         let same = if self.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) { s & !BUSY == expect & !BUSY } else { s == expect };
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || !same {
@@ -759,6 +766,7 @@ impl Inner {
         let opt = self.opt(life);
         let max = (opt + opt / 4).min(self.cores);
         self.hot.max_cids.store(max as u32, Ordering::Relaxed);
+        // Relaxed: the caller holds the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
             if life.users > max {
                 life.thrs = self.thrs(opt);
@@ -789,11 +797,12 @@ impl Inner {
         life.counters.bump(Ev::FixupWalk);
         for rec in life.regs.iter().flatten() {
             life.counters.bump(Ev::FixupVisit);
-            // Acquire: pairs with X1 (running = 0, Release): the guard's writes happen before we free its CID.
+            // F3. Acquire: pairs with X1 (running = 0, Release): the guard's writes happen before we free its CID.
             if rec.running.load(Ordering::Acquire) != 0 && !self.mutant(MUTANT_FIXUP_IGNORES_RUNNING) {
                 continue; // running: it resolves its CID at exit (D-exit)
             }
-            let w = rec.cid.load(Ordering::Acquire);
+            // Relaxed: a hint the CAS validates; the guard's writes were acquired through `running` above.
+            let w = rec.cid.load(Ordering::Relaxed);
             if w == UNSET && !self.mutant(MUTANT_FIXUP_TAKES_UNSET) {
                 continue; // kernel de3ab9bd3133: never treat UNSET as a CID
             }
@@ -822,7 +831,8 @@ impl Inner {
         life.counters.bump(Ev::FixupWalk);
         for slot in self.slots.iter() {
             life.counters.bump(Ev::FixupVisit);
-            let s = slot.load(Ordering::Acquire);
+            // F3. Relaxed: a hint the CAS below validates (and acquires through).
+            let s = slot.load(Ordering::Relaxed);
             let take = if self.mutant(MUTANT_FIXUP_IGNORES_BUSY) {
                 s & ONCPU != 0 // kernel 1e83ccd5921a undone: assumes what it finds may be dropped
             } else {
@@ -843,8 +853,10 @@ impl Inner {
         life.regs[index] = None;
         life.free.push(index);
         // A leaked guard (mem::forget) may have left `running` set; the registration is gone either way.
-        rec.running.store(0, Ordering::Release);
-        let w = rec.cid.swap(UNSET, Ordering::AcqRel);
+        // Relaxed, both: the record has left the list walks read (under the lock we hold), the owner's own writes
+        // are sequenced before this drop, and the bitmap clear (Release) publishes its guards' writes (I8).
+        rec.running.store(0, Ordering::Relaxed);
+        let w = rec.cid.swap(UNSET, Ordering::Relaxed);
         if w != UNSET {
             self.bitmap.clear(w);
             life.counters.bump(Ev::BitmapClear);

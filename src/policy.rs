@@ -514,6 +514,8 @@ impl LazyCids {
             if s == EMPTY {
                 self.mark_visited(cpu);
                 let cid = self.bits.alloc() as u32;
+                // AcqRel: Acquire pairs with the scan's Release take of the slot, Release hands the fresh CID's
+                // history (acquired from the bitmap) to the slot's next borrower (I8).
                 return match slot.compare_exchange(EMPTY, VALID | BUSY | RECENT | cid, AcqRel, Relaxed) {
                     Ok(_) => Held::Slot { cpu, cid },
                     // Another thread on this core installed a CID meanwhile: ours serves as a temporary.

@@ -1,5 +1,6 @@
 //! `Registration` (≈ a task of the mm) and `CidGuard` (≈ running on a CPU): the enter and exit state machines of
-//! design.md §4. The per-task fast paths (`enter_raw`, `exit_task`) are inlined; everything else is out of line.
+//! design.md §4. The fast paths (`enter_raw` with the per-task test and `enter_cpu_fast`, and `exit_task`) are
+//! inlined; everything else is out of line.
 
 use crate::group::*;
 use crate::state::*;
@@ -15,7 +16,8 @@ use std::ptr::NonNull;
 pub(crate) struct RegRec {
     /// Registration word: `UNSET` or the CID this registration owns.
     pub(crate) cid: AtomicU32,
-    /// 1 while the owner is between E1 and X1 on the task path; written only by the owner.
+    /// 1 from E1 of every enter until the guard's exit clears it (first thing on task and core exits, last on
+    /// temporary ones); written only by the owner, read by task → CPU walks (design.md §2.2).
     pub(crate) running: AtomicU32,
     pub(crate) counters: Counters,
 }
@@ -180,7 +182,8 @@ impl Registration {
 
     /// The CID this registration owns between guards (per-task ownership), if any.
     pub fn cid(&self) -> Option<Cid> {
-        let w = self.rec.cid.load(Acquire);
+        // Relaxed: a snapshot; fixups only ever store UNSET into it, which publishes nothing.
+        let w = self.rec.cid.load(Relaxed);
         (w != UNSET).then_some(Cid(w))
     }
 
@@ -340,7 +343,9 @@ impl Registration {
         let g = &*self.group.inner;
         let c = &self.rec.counters;
         let max = g.max_cids();
-        let w = self.rec.cid.load(Acquire);
+        // Relaxed: E3's Acquire load of the mode already made every completed walk's UNSET visible (coherence),
+        // and no walk of words runs in a mode without ONCPU; otherwise the value is our own.
+        let w = self.rec.cid.load(Relaxed);
         if w != UNSET {
             if (w as usize) < max {
                 return Held::Task(w);
@@ -379,14 +384,16 @@ impl Registration {
         let max = g.max_cids();
         // Give up the registration's own CID first: each registration holds at most one CID (§2.4).
         let mut spare = None;
-        let w = self.rec.cid.load(Acquire);
+        // Relaxed: a hint the CAS validates.
+        let w = self.rec.cid.load(Relaxed);
         if w != UNSET && self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_ok() {
             spare = Some(w);
         }
         let cpu = self.cpu_index();
         let slot = &g.slots[cpu];
         for _ in 0..SLOT_TRIES {
-            let s = slot.load(Acquire);
+            // Relaxed: a hint the borrow or the CAS validates (and acquires through).
+            let s = slot.load(Relaxed);
             if let Some(owned) = slot::idle_cid(s) {
                 if g.borrow_slot(cpu, s) {
                     if let Some(x) = spare.take() {
@@ -401,8 +408,9 @@ impl Registration {
                     c.bump(Ev::Alloc);
                     g.bitmap.get()
                 });
-                // AcqRel: the donated CID's history travels with it to later borrowers.
-                if slot.compare_exchange(EMPTY, slot::busy(n), AcqRel, Acquire).is_ok() {
+                // Relaxed: nobody reads a BUSY slot for data (walks and claims skip it); `n`'s history came
+                // with it (our word, or the bitmap's Acquire), and our X1 (Release) hands it on (I8).
+                if slot.compare_exchange(EMPTY, slot::busy(n), Relaxed, Relaxed).is_ok() {
                     return Held::Core { cpu: cpu as u32, cid: self.converge_core(cpu, n, max) };
                 }
                 spare = Some(n);
@@ -427,6 +435,7 @@ impl Registration {
         let c = &self.rec.counters;
         let slot = &g.slots[cpu];
         if let Some(n) = g.bitmap.try_get(max) {
+            // Relaxed: nobody reads a BUSY slot for data; our X1 (Release) publishes at exit.
             slot.store(slot::busy(n), Relaxed);
             g.bitmap.clear(cid);
             c.bump(Ev::BitmapSet);
@@ -439,11 +448,11 @@ impl Registration {
             if i == cpu {
                 continue;
             }
-            let s = other.load(Relaxed);
+            let s = other.load(Relaxed); // a hint: `take_idle`'s CAS validates it and acquires through it
             if let Some(low) = slot::idle_cid(s).filter(|&l| (l as usize) < max) {
                 // Only tries the claim lock of rseq groups: enter never waits (I6).
                 if g.take_idle(i, s, false) {
-                    slot.store(slot::busy(low), Relaxed);
+                    slot.store(slot::busy(low), Relaxed); // as above: a BUSY slot
                     g.bitmap.clear(cid);
                     c.bump(Ev::BitmapClear);
                     c.bump(Ev::Steal);
@@ -556,7 +565,8 @@ impl Registration {
             Held::Task(_) => unreachable!("handled inline"),
             Held::Core { cpu, cid } => {
                 let cpu = cpu as usize;
-                self.rec.running.store(0, Release);
+                // Relaxed: our word is UNSET, so a walk skips it whatever it reads here (not a D-exit X1).
+                self.rec.running.store(0, Relaxed);
                 // Release: X1 of D-core; hands the core's CID, with our writes, to the next borrower (I8).
                 g.slots[cpu].store(slot::owned(cid), Release);
                 if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
@@ -570,7 +580,7 @@ impl Registration {
             Held::Temp(c) => {
                 g.bitmap.clear(c);
                 self.rec.counters.bump(Ev::BitmapClear);
-                self.rec.running.store(0, Release);
+                self.rec.running.store(0, Relaxed); // as for a core guard: our word is UNSET
             }
         }
     }
@@ -589,7 +599,9 @@ impl Registration {
         }
         if m == PER_CPU && (w as usize) < g.max_cids() {
             let cpu = self.cpu_index();
-            if g.slots[cpu].compare_exchange(EMPTY, slot::owned(w), AcqRel, Acquire).is_ok() {
+            // Release: hands `w`, with the guard's writes, to the core's next borrower (its CAS or sequence
+            // acquires, I8), or to a sweep's CAS.
+            if g.slots[cpu].compare_exchange(EMPTY, slot::owned(w), Release, Relaxed).is_ok() {
                 if self.adopted_for(ONCPU) {
                     c.bump(Ev::Adopt);
                     return;

@@ -729,6 +729,78 @@ fn kernel_unset_runner_during_cpu_to_task_switch() {
     assert_quiescent_empty(&group);
 }
 
+/// Kernel 28b5a1395036 / 192d852129b1: a fixup walk visits every registration exactly once and never stops early;
+/// it takes every idle owner's CID and no running one's. The CPU → task sweep visits every core slot once and
+/// takes every idle core's CID (kernel 007d84287c74: core CIDs are dropped when the group leaves per-CPU mode).
+/// Deterministic, one thread: the stats count each visit.
+#[test]
+fn kernel_walks_visit_everyone_once_and_drop_cpu_cids() {
+    let group = sim(4); // max_cids 4 up to 4 users; thrs 2 in per-CPU mode
+    let mut regs: Vec<_> = (0..4).map(|_| group.register()).collect();
+    let mut runner = regs.pop().unwrap();
+    let g = runner.enter(); // inside its guard during the walk: its CID must stay with it
+    let held = g.cid();
+    let before = group.stats();
+    let fifth = group.register(); // 5 users > 4: task → CPU walk over the 5 registrations
+    let s = group.stats();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    assert_eq!(s.switches_to_per_cpu - before.switches_to_per_cpu, 1);
+    assert_eq!(s.fixup_walks - before.fixup_walks, 1);
+    assert_eq!(s.fixup_visits - before.fixup_visits, 5, "each registration visited once, the new one included");
+    assert_eq!(s.fixup_takes - before.fixup_takes, 3, "the three idle owners' CIDs, not the runner's");
+    assert_eq!(g.cid(), held);
+    drop(g); // the runner's CID leaves it at exit (adopted by its core or dropped)
+    assert_eq!(runner.cid(), None);
+
+    // Each of four cores comes to own a CID.
+    regs.push(runner);
+    regs.push(fifth);
+    for (i, r) in regs.iter_mut().enumerate() {
+        r.set_cpu(Some(i % 4)).unwrap();
+        assert_eq!(r.enter().kind(), CidKind::Core(i % 4));
+    }
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 4, "one CID per core: {audit:?}");
+    let before = group.stats();
+    regs.truncate(1); // 1 user < thrs 2: CPU → task sweep over the 4 idle slots
+    let s = group.stats();
+    assert_eq!(group.mode(), Mode::PerTask);
+    assert_eq!(s.switches_to_per_task - before.switches_to_per_task, 1);
+    assert_eq!(s.fixup_visits - before.fixup_visits, 4, "each core slot visited once");
+    assert_eq!(s.fixup_takes - before.fixup_takes, 4, "every core's CID dropped");
+    let audit = group.audit();
+    assert!(audit.is_consistent(), "{audit:?}");
+    assert_eq!(audit.bits, 0, "no core keeps a CID, and the survivor owns none until it enters: {audit:?}");
+    assert_eq!(regs[0].enter().cid().get(), 0);
+    assert_eq!(group.audit().bits, 1);
+    drop(regs);
+    assert_quiescent_empty(&group);
+}
+
+/// Kernel 007d84287c74 at the last drop: when the last registration leaves a group that is still in per-CPU mode
+/// (on one core thrs is 1, so only the last drop switches back), the cores' CIDs go with it.
+#[test]
+fn kernel_last_drop_releases_core_cids() {
+    let group = sim(2); // max_cids 2, thrs 1
+    let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let before = group.stats();
+    for (i, r) in regs.iter_mut().enumerate() {
+        r.set_cpu(Some(i % 2)).unwrap();
+        drop(r.enter());
+    }
+    assert_eq!(group.stats().enter_alloc - before.enter_alloc, 2, "one allocation per core, then borrows");
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 2, "{audit:?}");
+    regs.truncate(1);
+    assert_eq!(group.mode(), Mode::PerCpu, "one user is not below thrs 1");
+    assert_eq!(group.audit().bits, 2, "both cores keep their CIDs while anyone is registered");
+    let takes = group.stats().fixup_takes;
+    drop(regs);
+    assert_eq!(group.stats().fixup_takes - takes, 2, "the last drop swept both cores' CIDs");
+    assert_quiescent_empty(&group);
+}
+
 /// Kernel b2e48c429ec5 / 192d852129b1: registrations racing each other across the switch are all seen by the
 /// fixup walk (an invisible new registration would keep a CID the walk never takes).
 #[test]
