@@ -87,8 +87,11 @@ pub(crate) struct Inner {
     /// thread-local layer, which is not compiled there.
     handles: std::sync::atomic::AtomicUsize,
     life: Mutex<Life>,
-    /// Serialises `idle → EMPTY` claims in rseq groups (design.md §4.1.1); never held across user code.
-    claim: Mutex<()>,
+    /// Serialises `idle → EMPTY` claims in rseq groups (design.md §4.1.1): a try-only lock (0 free, 1 held), so
+    /// nobody ever waits for a claimer; never held across user code.
+    claim: AtomicU32,
+    /// 1 when an exit found `claim` held and left its idle slot for the holder to take (`defer_claim`).
+    claims_deferred: AtomicU32,
     /// Loom's model of the restartable sequence: one lock per core, held across the sequence (design.md §4.1.1).
     #[cfg(loom)]
     cs: Box<[loom::sync::Mutex<()>]>,
@@ -540,7 +543,8 @@ impl GroupBuilder {
                     thrs: 0,
                     counters: Counters::default(),
                 }),
-                claim: Mutex::new(()),
+                claim: AtomicU32::new(0),
+                claims_deferred: AtomicU32::new(0),
                 #[cfg(loom)]
                 cs: (0..cores).map(|_| loom::sync::Mutex::new(())).collect(),
                 #[cfg(loom)]
@@ -713,9 +717,11 @@ impl Inner {
 
     /// Takes idle word `s` (`ONCPU | c`) of core `cpu`'s slot, leaving it EMPTY: on success `c` is the caller's.
     /// For every `idle → EMPTY` write outside a fixup walk. A CAS; in rseq groups a claim (design.md §4.1.1):
-    /// `s → s | CLAIM`, the RSEQ membarrier, `s | CLAIM → EMPTY`, under the claim lock, which `wait = false`
-    /// only tries (enter never waits, I6).
-    pub(crate) fn take_idle(&self, cpu: usize, s: u32, wait: bool) -> bool {
+    /// `s → s | CLAIM`, the RSEQ membarrier, `s | CLAIM → EMPTY`, under the claim lock. Nobody waits for that
+    /// lock: a stealer (`exit = false`) that finds it held gives up (it converges at a later enter, I6), and an
+    /// exit leaves its slot to the holder (`defer_claim`) and returns false, as if someone else had taken `c`.
+    /// `c`: the calling registration's counters, for what a drain takes.
+    pub(crate) fn take_idle(&self, cpu: usize, s: u32, exit: bool, c: &Counters) -> bool {
         let slot = &self.slots[cpu];
         // AcqRel: takes the CID with its last borrower's writes (pairs with X1's Release store).
         if !self.hot.rseq {
@@ -724,22 +730,97 @@ impl Inner {
         if slot.load(Ordering::Relaxed) != s {
             return false; // moved on already: no lock, no barrier (Relaxed: the CAS below is what decides)
         }
-        let _claim = if wait {
-            self.claim.lock()
-        } else {
-            match self.claim.try_lock() {
-                Some(g) => g,
-                None => return false,
+        let locked = self.try_claim_lock() || (exit && self.defer_claim(c));
+        if !locked {
+            return false; // a stealer gives up; an exit deferred its slot to the holder
+        }
+        let taken = slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Acquire).is_ok() && {
+            if !self.mutant(MUTANT_NO_CLAIM_BARRIER) {
+                self.rseq_barrier();
             }
+            // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps `c`.
+            slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
         };
-        if slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return false;
+        self.claim_unlock(c);
+        taken
+    }
+
+    /// The claim lock, tried once. Acquire: pairs with `claim_unlock`'s Release, so claimers are serialised and a
+    /// claim word that survives the barrier is ours (no ABA through another claimer, design.md §4.1.1).
+    fn try_claim_lock(&self) -> bool {
+        self.claim.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// An exit found the claim lock held: flag its idle slot for the holder, which drains after unlocking
+    /// (`claim_unlock`). Returns true if the lock turned out free after all (the caller then claims itself; it
+    /// also drains the flag at its own unlock).
+    #[cold]
+    fn defer_claim(&self, c: &Counters) -> bool {
+        c.bump(Ev::Deferred);
+        // Release, as an RMW so that every deferring exit's flag continues the release sequence: the drainer's
+        // Acquire swap then sees each deferring exit's X1, the idle word it must take.
+        self.claims_deferred.swap(1, Ordering::Release);
+        // Store-buffering pair with `claim_unlock`'s fence: either we see the lock free, or the holder that we saw
+        // holding it sees our flag after its unlock.
+        fence(Ordering::SeqCst);
+        self.try_claim_lock()
+    }
+
+    /// Releases the claim lock, then drains what exits deferred while it was held: as long as the flag is set
+    /// and the lock can be had, take every idle slot the mode says no core may own (`take_deferred`).
+    fn claim_unlock(&self, c: &Counters) {
+        loop {
+            self.claim.store(0, Ordering::Release);
+            if self.mutant(MUTANT_NO_DEFERRED_DRAIN) {
+                return;
+            }
+            fence(Ordering::SeqCst); // pairs with `defer_claim`'s fence
+                                     // Relaxed: the fence above orders it (a stale 0 is excluded by the store-buffering argument).
+            if self.claims_deferred.load(Ordering::Relaxed) == 0 || !self.try_claim_lock() {
+                return; // nothing deferred, or the new holder drains at its own unlock
+            }
+            // Acquire: pairs with `defer_claim`'s Release swap (the deferring exits' X1 stores).
+            if self.claims_deferred.swap(0, Ordering::Acquire) != 0 {
+                self.take_deferred(c);
+            }
+        }
+    }
+
+    /// With the claim lock held, on behalf of exits that deferred: while the mode lacks ONCPU no core may own a
+    /// CID (I5), so claim every idle slot, issue one RSEQ membarrier, and take them. With ONCPU back (a switch to
+    /// per-CPU mode ran since), idle core CIDs are legitimate and stay.
+    #[cold]
+    fn take_deferred(&self, c: &Counters) {
+        // Acquire, as every mode load outside the lock (pairs with F1/F4); it also sees at least the mode each
+        // deferring exit saw, through the flag's release → acquire.
+        if self.hot.mode.load(Ordering::Acquire) & ONCPU != 0 {
+            return;
+        }
+        let mut claimed = false;
+        for slot in self.slots.iter() {
+            let s = slot.load(Ordering::Relaxed); // a hint the CAS validates
+            if slot::idle_cid(s).is_some()
+                && slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            {
+                claimed = true;
+            }
+        }
+        if !claimed {
+            return;
         }
         if !self.mutant(MUTANT_NO_CLAIM_BARRIER) {
             self.rseq_barrier();
         }
-        // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps `c`.
-        slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        for slot in self.slots.iter() {
+            // Every CLAIM word is ours (we hold the lock); our own claim is the latest we can read, or a sequence's
+            // BUSY that committed over it (then its borrower keeps the CID, and the CAS fails).
+            let s = slot.load(Ordering::Relaxed);
+            if s & CLAIM != 0 && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.bitmap.clear(s & VALUE);
+                c.bump(Ev::BitmapClear);
+                c.bump(Ev::TransitDrop);
+            }
+        }
     }
 
     /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
@@ -901,6 +982,7 @@ mutant_ids! {
     MUTANT_NO_CLAIM_BARRIER = NoClaimBarrier = 11;
     MUTANT_PLAIN_FIXUP_BARRIER = PlainFixupBarrier = 12;
     MUTANT_SEQUENCE_IGNORES_BUSY = SequenceIgnoresBusy = 13;
+    MUTANT_NO_DEFERRED_DRAIN = NoDeferredDrain = 14;
 }
 
 #[cfg(all(test, not(loom)))]
@@ -944,6 +1026,49 @@ mod tests {
         });
         assert_eq!(total, threads as u64 * rounds, "two threads of one CPU borrowed its CID at once");
         drop(regs);
+        assert!(g.audit().is_consistent(), "{:?}", g.audit());
+    }
+
+    /// Claims never wait (design.md §4.1.1): with the claim lock held by someone else, a stealer gives up and an
+    /// exit leaves its idle slot flagged for the holder, whose unlock takes it. Deterministic, one thread playing
+    /// the holder; the interleavings are loom model 11f.
+    #[test]
+    fn an_exit_that_finds_the_claim_lock_held_defers_to_its_holder() {
+        use std::sync::atomic::Ordering::*;
+        let g = Group::new();
+        if !g.uses_rseq() {
+            eprintln!("an_exit_that_finds_the_claim_lock_held_defers_to_its_holder: no rseq claims here");
+            return;
+        }
+        let inner = &*g.inner;
+        let _reg = g.register(); // per-task mode: no core may own a CID
+        let c = inner.bitmap.get();
+        let idle = slot::owned(c);
+        inner.slots[0].store(idle, Release); // what an exit that lost a switch finds after its X1
+        let counters = Counters::default();
+
+        assert!(inner.try_claim_lock(), "the test is the holder");
+        assert!(!inner.take_idle(0, idle, false, &counters), "a stealer gives up");
+        assert_eq!(inner.claims_deferred.load(Relaxed), 0, "and flags nothing");
+        assert!(!inner.take_idle(0, idle, true, &counters), "an exit does not wait either");
+        assert_eq!(inner.claims_deferred.load(Relaxed), 1, "it flags its slot");
+        assert_eq!(inner.slots[0].load(Relaxed), idle, "and leaves the CID there");
+
+        inner.claim_unlock(&counters); // the holder's unlock drains the flag
+        assert_eq!(inner.slots[0].load(Relaxed), EMPTY);
+        assert!(!inner.bitmap.is_set(c), "the deferred CID is free");
+        assert_eq!((inner.claims_deferred.load(Relaxed), inner.claim.load(Relaxed)), (0, 0));
+        let mut t = Stats::totals();
+        counters.add_to(&mut t);
+        let s = Stats::from_totals(&t, 0);
+        assert_eq!((s.exit_deferred, s.exit_transit_drop, s.bitmap_clears), (1, 1, 1));
+
+        // With the lock free, the exit claims by itself.
+        let c = inner.bitmap.get();
+        inner.slots[1 % inner.cores].store(slot::owned(c), Release);
+        assert!(inner.take_idle(1 % inner.cores, slot::owned(c), true, &counters));
+        assert_eq!(inner.claim.load(Relaxed), 0, "unlocked again");
+        inner.bitmap.clear(c);
         assert!(g.audit().is_consistent(), "{:?}", g.audit());
     }
 

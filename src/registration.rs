@@ -451,7 +451,7 @@ impl Registration {
             let s = other.load(Relaxed); // a hint: `take_idle`'s CAS validates it and acquires through it
             if let Some(low) = slot::idle_cid(s).filter(|&l| (l as usize) < max) {
                 // Only tries the claim lock of rseq groups: enter never waits (I6).
-                if g.take_idle(i, s, false) {
+                if g.take_idle(i, s, false, c) {
                     slot.store(slot::busy(low), Relaxed); // as above: a BUSY slot
                     g.bitmap.clear(cid);
                     c.bump(Ev::BitmapClear);
@@ -607,7 +607,7 @@ impl Registration {
                     return;
                 }
                 // A CPU → task switch may have swept past this slot before our store: take it back.
-                if !g.take_idle(cpu, slot::owned(w), true) {
+                if !g.take_idle(cpu, slot::owned(w), true, c) {
                     return; // someone else took it: theirs now
                 }
             }
@@ -623,7 +623,7 @@ impl Registration {
     fn exit_slow_core(&mut self, cpu: usize, cid: u32, m: u32) {
         let g = &*self.group.inner;
         let c = &self.rec.counters;
-        if !g.take_idle(cpu, slot::owned(cid), true) {
+        if !g.take_idle(cpu, slot::owned(cid), true, c) {
             return; // a fixup or another borrower moved it on
         }
         if m == PER_TASK

@@ -116,6 +116,8 @@ pub enum Mutant {
     /// rseq groups: a whole-update sequence (`ShardedCounter`) also runs on a BUSY slot's CID (both its checks
     /// ignore BUSY).
     SequenceIgnoresBusy,
+    /// rseq groups: the claim lock's holder never drains the slots exits deferred to it while it held the lock.
+    NoDeferredDrain,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -19,6 +19,7 @@ pub(crate) enum Ev {
     Steal,
     Adopt,
     TransitDrop,
+    Deferred,
     BitmapSet,
     BitmapClear,
     SwitchToCpu,
@@ -70,8 +71,11 @@ pub struct Stats {
     pub steals: u64,
     /// CIDs adopted at exit after a switch completed (instead of two bitmap operations).
     pub exit_adopt: u64,
-    /// Transitional CIDs dropped at exit.
+    /// Transitional CIDs dropped at exit (or, in rseq groups, taken from a core's slot for an exit that deferred).
     pub exit_transit_drop: u64,
+    /// Exits in rseq groups that found the claim lock held and left their core's idle CID to its holder instead
+    /// of waiting (design.md §4.1.1).
+    pub exit_deferred: u64,
     /// Bits set in the CID bitmap.
     pub bitmap_sets: u64,
     /// Bits cleared in the CID bitmap.
@@ -154,6 +158,7 @@ impl Stats {
             steals: t[Ev::Steal as usize],
             exit_adopt: t[Ev::Adopt as usize],
             exit_transit_drop: t[Ev::TransitDrop as usize],
+            exit_deferred: t[Ev::Deferred as usize],
             bitmap_sets: t[Ev::BitmapSet as usize],
             bitmap_clears: t[Ev::BitmapClear as usize],
             switches_to_per_cpu: t[Ev::SwitchToCpu as usize],

@@ -27,14 +27,6 @@ mod imp {
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
-
-        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
-            match self.0.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            }
-        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! the CPU → task sweep (F2 is the RSEQ membarrier), the claim of an exit that lost a switch
 //! (`exit_slow_core`: CLAIM, RSEQ membarrier, CAS) and the claim of a convergence steal. The adoption take-back of
 //! `exit_slow_task` is the same claim and has no model of its own. 11d and 11e check `ShardedCounter`'s
-//! whole-update sequence (design.md §9.2) against a guard holder and against the sweep.
+//! whole-update sequence (design.md §9.2) against a guard holder and against the sweep; 11f two exits claiming
+//! at once, where the claim lock is only ever tried and an exit that finds it held defers to its holder.
 //!
 //! The group models the sequence with one lock per core held across it, and the RSEQ membarrier as a SeqCst fence
 //! followed by taking and releasing every core's lock: once the barrier returns, each sequence either committed
@@ -144,6 +145,62 @@ fn steal_vs_sequence_of_the_robbed_core() {
 #[should_panic(expected = "Causality violation")]
 fn steal_vs_sequence_of_the_robbed_core_mutant_no_claim_barrier() {
     steal_vs_sequence("steal_vs_sequence_of_the_robbed_core_mutant_no_claim_barrier", Mutant::NoClaimBarrier);
+}
+
+/// 11f: two exits that lost a switch claim their slots at once, and the claim lock is try-only (nobody waits for
+/// a claimer): the main thread holds core 0's CID, T1 borrows core 1's and, inside its guard, drops the
+/// registration that switches the group to per-task mode (the sweep skips both BUSY slots); both exits then
+/// claim. An exit that finds the lock held flags its slot and leaves; the holder must drain the flag after its
+/// unlock, or core 0 keeps a CID in per-task mode.
+fn exits_claim_at_once(name: &'static str, mutant: Mutant) {
+    model(name, move || {
+        let group = Group::builder()
+            .virtual_cpus(6)
+            .cpus_virtual(0..4)
+            .restartable_sequences(true)
+            .mutant(mutant)
+            .build()
+            .unwrap();
+        let cids = Cids::new(6 + 6);
+        let mut r1 = Reg::new(&group, 0);
+        let mut r2 = Reg::new(&group, 1);
+        let mut extra: Vec<_> = (0..4).map(|_| Reg::new(&group, 2)).collect();
+        assert_eq!(group.mode(), Mode::PerCpu);
+        extra.truncate(1); // three users: still per-CPU (3 is not < thrs 3)
+        let last = extra.pop().unwrap();
+
+        let g1 = r1.enter();
+        assert_eq!(g1.kind(), CidKind::Core(0));
+        cids.touch(g1.cid().get());
+        let t1 = {
+            let cids = cids.clone();
+            thread::spawn(move || {
+                let g2 = r2.enter();
+                cids.touch(g2.cid().get());
+                drop(last); // two users < thrs 3: CPU → task switch while both guards are live
+                drop(g2);
+                r2
+            })
+        };
+        drop(g1);
+
+        let r2 = t1.join().unwrap();
+        assert_eq!(group.mode(), Mode::PerTask);
+        finish(&group, &cids, vec![r1, r2]);
+    });
+}
+
+#[test]
+fn exits_claim_at_once_nobody_waits() {
+    exits_claim_at_once("exits_claim_at_once_nobody_waits", Mutant::None);
+}
+
+/// The holder unlocks without draining: the exit that found the lock held left core 0's CID on its slot, and
+/// nobody takes it.
+#[test]
+#[should_panic(expected = "a core owns a CID in per-task mode")]
+fn exits_claim_at_once_mutant_no_deferred_drain() {
+    exits_claim_at_once("exits_claim_at_once_mutant_no_deferred_drain", Mutant::NoDeferredDrain);
 }
 
 /// T1's part in 11e: `ShardedCounter`'s whole-update sequence (design.md §9.2) on core 0's idle CID, touching the
