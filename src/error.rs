@@ -119,3 +119,48 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_range_accepts_both_ends_and_names_what_it_refuses() {
+        assert_eq!(Error::check_range("stack_size", 64, 64, 128), Ok(64));
+        assert_eq!(Error::check_range("stack_size", 128, 64, 128), Ok(128));
+        let below = Error::check_range("stack_size", 63, 64, 128).unwrap_err();
+        assert_eq!(below, Error::ValueOutOfRange { what: "stack_size", value: 63, min: 64, max: 128 });
+        assert_eq!(below.to_string(), "stack_size is 63, outside the accepted range 64..=128");
+        let above = Error::check_range("virtual_cpus", 70_000, 1, 65_536).unwrap_err();
+        assert!(above.to_string().contains("virtual_cpus is 70000"), "{above}");
+        let no_max = Error::check_range("threads_per_cpu", 0, 1, usize::MAX).unwrap_err();
+        assert_eq!(no_max.to_string(), "threads_per_cpu is 0, below the minimum of 1");
+    }
+
+    /// Every message names its subject (the numbers a user needs to fix the call), and no two variants print
+    /// the same text.
+    #[test]
+    fn every_message_names_the_problem() {
+        let all = [
+            (Error::EmptyCpuSet, "empty"),
+            (Error::CpuOutOfRange { cpu: 9, possible: 4 }, "CPU 9"),
+            (Error::CpuNotAllowed { cpu: 3 }, "CPU 3"),
+            (Error::PinFailed { cpu: 2, reason: "EINVAL".into() }, "EINVAL"),
+            (Error::ZeroThreads, "zero threads"),
+            (Error::CpuNotInGroup { cpu: 5 }, "CPU 5"),
+            (Error::ForeignGuard, "another group"),
+            (Error::TooManyRegistrations { limit: 42 }, "42"),
+            (Error::Os { what: "sched_setaffinity", errno: 22 }, "sched_setaffinity"),
+            (Error::Spawn { reason: "EAGAIN".into() }, "EAGAIN"),
+            (Error::JoinSelf, "join itself"),
+            (Error::ValueOutOfRange { what: "stack_size", value: 1, min: 2, max: 3 }, "stack_size"),
+        ];
+        let mut texts: Vec<String> = all.iter().map(|(e, _)| e.to_string()).collect();
+        for ((e, needle), text) in all.iter().zip(&texts) {
+            assert!(text.contains(needle), "{e:?} prints {text:?}, which does not name {needle:?}");
+        }
+        texts.sort();
+        texts.dedup();
+        assert_eq!(texts.len(), all.len(), "two variants print the same message");
+    }
+}

@@ -785,3 +785,65 @@ fn drop_pooled(reg: NonNull<Registration>, entered: Entered) {
     // SAFETY: as above; under loom pooled guards are never made, so this only keeps the type honest.
     drop(unsafe { Box::from_raw(reg.as_ptr()) });
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The guard's packed record round-trips every kind at the extremes it must hold (29-bit CIDs, 16-bit cores),
+    /// and the one test the inline drop makes (`is_plain_task`) is true for exactly the unpooled task kind.
+    #[test]
+    fn entered_packs_every_kind() {
+        let max_cid = VALUE;
+        let max_cpu = (MAX_CPUS - 1) as u32;
+        for held in [
+            Held::Task(0),
+            Held::Task(max_cid),
+            Held::Core { cpu: 0, cid: 0 },
+            Held::Core { cpu: max_cpu, cid: max_cid },
+            Held::Temp(max_cid),
+        ] {
+            let e = Entered::new(held);
+            assert_eq!(e.held(), held);
+            assert_eq!(e.into_pooled().held(), held, "the pooled bit leaves the rest alone");
+            let cid = match held {
+                Held::Task(c) | Held::Temp(c) | Held::Core { cid: c, .. } => c,
+            };
+            assert_eq!((e.cid(), e.into_pooled().cid()), (cid, cid));
+            let task = matches!(held, Held::Task(_));
+            assert_eq!((e.is_task(), e.is_plain_task()), (task, task), "{held:?}");
+            assert!(!e.pooled() && e.into_pooled().pooled());
+            assert!(!e.into_pooled().is_plain_task(), "a pooled guard's drop goes out of line: {held:?}");
+        }
+    }
+
+    #[test]
+    fn set_cpu_refuses_cores_beyond_the_group() {
+        let g = Group::builder().virtual_cpus(4).build().unwrap();
+        let mut r = g.register();
+        assert_eq!(r.set_cpu(Some(4)), Err(Error::CpuOutOfRange { cpu: 4, possible: 4 }));
+        assert_eq!(r.cpu(), None, "a refused declaration changes nothing");
+        assert_eq!(r.set_cpu(Some(3)), Ok(()));
+        assert_eq!(r.cpu(), Some(3));
+        assert_eq!(r.set_cpu(None), Ok(()));
+        assert_eq!(r.cpu(), None);
+    }
+
+    /// `Registration::cid` shows per-task ownership only: a CID from birth in per-task mode, none in per-CPU mode
+    /// (the walk took it), and what a guard holds is the core's, not the registration's.
+    #[test]
+    fn cid_is_the_registration_s_own() {
+        let g = Group::builder().virtual_cpus(2).build().unwrap();
+        let mut a = g.register();
+        assert_eq!(a.cid().map(Cid::get), Some(0));
+        let more: Vec<_> = (0..2).map(|_| g.register()).collect();
+        assert_eq!(g.mode(), crate::Mode::PerCpu);
+        assert_eq!(a.cid(), None, "the task → CPU walk took it");
+        a.set_cpu(Some(1)).unwrap();
+        let guard = a.enter();
+        assert_eq!(guard.kind(), CidKind::Core(1));
+        drop(guard);
+        assert_eq!(a.cid(), None, "a borrowed CID stays the core's");
+        drop(more);
+    }
+}

@@ -174,3 +174,85 @@ impl Stats {
         [0; EVENTS]
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Event `i` bumped `i + 1` times: every field shows its own event's count, so two fields swapped or one
+    /// event read twice fails.
+    #[test]
+    fn each_event_lands_in_its_own_field() {
+        let events = [
+            Ev::TaskFast,
+            Ev::CpuFast,
+            Ev::Sequence,
+            Ev::TaskSlow,
+            Ev::CpuSlow,
+            Ev::Converge,
+            Ev::Temporary,
+            Ev::Alloc,
+            Ev::Steal,
+            Ev::Adopt,
+            Ev::TransitDrop,
+            Ev::Deferred,
+            Ev::BitmapSet,
+            Ev::BitmapClear,
+            Ev::SwitchToCpu,
+            Ev::SwitchToTask,
+            Ev::FixupWalk,
+            Ev::FixupVisit,
+            Ev::FixupTake,
+        ];
+        assert_eq!(events.len(), EVENTS, "every event listed once");
+        let c = Counters::default();
+        for ev in events {
+            for _ in 0..=ev as usize {
+                c.bump(ev);
+            }
+        }
+        let mut t = Stats::totals();
+        c.add_to(&mut t);
+        let s = Stats::from_totals(&t, 7);
+        let n = |ev: Ev| ev as u64 + 1;
+        let fields = [
+            (s.enter_task_fast, n(Ev::TaskFast)),
+            (s.enter_cpu_fast, n(Ev::CpuFast)),
+            (s.counter_sequences, n(Ev::Sequence)),
+            (s.enter_task_slow, n(Ev::TaskSlow)),
+            (s.enter_cpu_slow, n(Ev::CpuSlow)),
+            (s.enter_converge, n(Ev::Converge)),
+            (s.enter_temporary, n(Ev::Temporary)),
+            (s.enter_alloc, n(Ev::Alloc)),
+            (s.steals, n(Ev::Steal)),
+            (s.exit_adopt, n(Ev::Adopt)),
+            (s.exit_transit_drop, n(Ev::TransitDrop)),
+            (s.exit_deferred, n(Ev::Deferred)),
+            (s.bitmap_sets, n(Ev::BitmapSet)),
+            (s.bitmap_clears, n(Ev::BitmapClear)),
+            (s.switches_to_per_cpu, n(Ev::SwitchToCpu)),
+            (s.switches_to_per_task, n(Ev::SwitchToTask)),
+            (s.fixup_walks, n(Ev::FixupWalk)),
+            (s.fixup_visits, n(Ev::FixupVisit)),
+            (s.fixup_takes, n(Ev::FixupTake)),
+        ];
+        for (i, (got, want)) in fields.into_iter().enumerate() {
+            assert_eq!(got, want, "field {i} of {s:?}");
+        }
+        assert_eq!(s.cids_in_use, 7);
+    }
+
+    /// `absorb` folds a leaving registration's counts into the group's, adding, not replacing.
+    #[test]
+    fn absorb_adds() {
+        let (group, leaving) = (Counters::default(), Counters::default());
+        group.bump(Ev::Alloc);
+        leaving.bump(Ev::Alloc);
+        leaving.bump(Ev::Alloc);
+        leaving.bump(Ev::Steal);
+        group.absorb(&leaving);
+        let mut t = Stats::totals();
+        group.add_to(&mut t);
+        assert_eq!((t[Ev::Alloc as usize], t[Ev::Steal as usize], t[Ev::TaskFast as usize]), (3, 1, 0));
+    }
+}

@@ -90,3 +90,56 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Each test runs on its own thread, so the thread-local view starts clean.
+    #[test]
+    fn nested_guards_dropped_in_order_restore_what_they_replaced() {
+        assert_eq!(cid(), None);
+        let a = enter(3);
+        assert_eq!(cid(), Some(3));
+        let b = enter(7);
+        assert_eq!(cid(), Some(7));
+        exit(7, b);
+        assert_eq!(cid(), Some(3), "the outer guard shows again");
+        exit(3, a);
+        assert_eq!(cid(), None);
+        let e = enter(5);
+        assert_eq!(e, CLEAN_NONE_FOR_TESTS, "clean after the last guard");
+        exit(5, e);
+    }
+
+    /// Out of order (`g1, g2, drop(g1), drop(g2)`): the view must never show a CID the thread no longer holds, so
+    /// it shows `None` until the last live guard drops; a new guard still shows its own CID.
+    #[test]
+    fn out_of_order_drops_never_show_a_released_cid() {
+        let a = enter(1);
+        let b = enter(2);
+        exit(1, a); // g1 dropped first: CID 1 is released
+        assert_eq!(cid(), None, "neither the released 1 nor (by a blind restore) anything stale");
+        let c = enter(4);
+        assert_eq!(cid(), Some(4), "a new guard shows its CID");
+        exit(4, c);
+        assert_eq!(cid(), None, "still out of order: g2 is live but the view no longer knows which CID it shows");
+        exit(2, b);
+        assert_eq!(cid(), None);
+        let d = enter(6);
+        assert_eq!(cid(), Some(6), "clean again once the last guard dropped");
+        exit(6, d);
+        assert_eq!(cid(), None);
+    }
+
+    #[test]
+    fn the_core_is_shown_only_while_set() {
+        assert_eq!(cpu(), None);
+        set_cpu(Some(3));
+        assert_eq!(cpu(), Some(3));
+        set_cpu(None);
+        assert_eq!(cpu(), None);
+    }
+
+    const CLEAN_NONE_FOR_TESTS: Before = NONE as u64;
+}
