@@ -77,7 +77,7 @@ A run starts 2 × fds × groups threads: at most 8192 (the largest group count o
 
 Every message sent and every message received happens inside a guard of the policy, which updates the
 per-CID shard of the guard's CID (mmcid: mmcid::PerCid; others: a cache-padded array indexed by the CID).
-Output of a single run ends with `Time: <s>.<ms>` like hackbench.
+A single run prints `Time: <s>.<ms>` like hackbench, the CPU time and the messages per second.
 
 --compare runs every policy once per repeat, back to back (the order rotating every repeat), and prints:
   - the median wall and CPU time per policy with the difference versus `none` (positive = slower);
@@ -657,8 +657,12 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
         if cfg.pin { ", pinned" } else { "" }
     );
     let ((t, cpu), stats) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| fail(e));
+    // Messages passed (each sent once and received once); the run itself already checked the count fits.
+    let passed = run_totals(g, cfg.fds, cfg.loops, cfg.size).map_or(0, |(m, _)| m / 2);
+    let rate = passed as f64 / t.as_secs_f64().max(1e-9);
     println!("Time: {}.{:03}", t.as_secs(), t.subsec_millis());
     println!("CPU: {cpu:.3} s (user + system, go to last join)");
+    println!("Messages: {passed} passed, {rate:.0} msgs/s");
     if let Some(st) = stats {
         println!(
             "mmcid enters: {} per-task fast, {} per-CPU fast, {} temporary, {} converge, {} alloc; \
@@ -676,7 +680,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
     if let Some(file) = json {
         let body = format!(
             "{{\"benchmark\":\"hackbench\",\"mode\":\"threads\",\"channel\":{},\"groups\":{g},\"fds\":{},\
-             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{},\"cpu_s\":{}}}\n",
+             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{},\"cpu_s\":{},\"messages\":{passed},\"msgs_per_s\":{}}}\n",
             json_str(channel),
             cfg.fds,
             cfg.loops,
@@ -685,7 +689,8 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
             json_str(scope),
             json_str(POLICIES[policy]),
             json_num(t.as_secs_f64(), 6),
-            json_num(cpu, 6)
+            json_num(cpu, 6),
+            json_num(rate, 0)
         );
         file.write(&body).unwrap_or_else(|e| fail(e));
     }

@@ -16,10 +16,11 @@
 //! NOT met when the lower bound is > 3 %, otherwise inconclusive (more `--repeats` narrow the interval); overall, the
 //! worst configuration decides. That overall verdict takes the worst of several cells, each with its own ~90 % interval
 //! and no correction for multiple cells, so its error rate is higher than one cell's. The default is 11 repeats of 0.2
-//! s rather than 3 of 0.75 s: at equal time that gives the narrower interval; it took 27 s on the project's 2-core VM.
+//! s rather than 3 of 0.75 s: at equal time that gives the narrower interval; it took 40 s on the project's 2-core VM
+//! (three configurations).
 //!
 //! ```text
-//! cargo run --release --example thread_pools                       # default comparison (two configurations)
+//! cargo run --release --example thread_pools                       # default comparison (three configurations)
 //! cargo run --release --example thread_pools -- -p 32 -t 32 --seconds 5 --policy mmcid
 //! cargo run --release --example thread_pools -- -p 8 -t 8 --virtual-cpus 16 --compare
 //! ```
@@ -59,15 +60,16 @@ usage: thread_pools [options]
 
 pools x (threads + 1) is at most 8192 threads at once (each pool thread and its short-lived threads).
 
-With no options: --compare on two configurations: 8 pools x 8 threads on this machine's cores, and 2 pools x 16
-threads with 8 virtual cores (per-CPU mode when more than 8 threads are registered, back to per-task below 4), so
-mmcid's ownership mode crosses the per-task/per-CPU boundary both ways many times per second. On a machine with
-few cores the first configuration crosses too (per-CPU above max_cids, back only when the users drop below the
-threshold), but rarely: see the switch counts.
+With no options: --compare on three configurations: 8 pools x 8 threads on this machine's cores; 1 pool x
+(cores + 1) threads on this machine's cores, whose cores + 1 registered threads cross into per-CPU mode and whose
+exits cross back every round (rseq borrows where the kernel allows them); and 2 pools x 16 threads with 8 virtual
+cores (per-CPU mode when more than 8 threads are registered, back to per-task below 4), so mmcid's ownership mode
+crosses the per-task/per-CPU boundary both ways many times per second. The 8 x 8 configuration crosses too
+(per-CPU above max_cids, back only when the users drop below the threshold), but rarely: see the switch counts.
 
 --compare runs every policy once per repeat, back to back (the order rotating every repeat), and prints:
-  - the median threads/s per policy with the difference versus `none` (negative = slower), and mmcid's mode
-    switches per run;
+  - the median threads/s per policy with the difference versus `none` (negative = slower), mmcid's mode
+    switches per run, and the median of each run's mean spawn latency;
   - the paired cost: per repeat r, d = 1 - thr(P, r) / thr(none, r) (positive = slower; runs of a repeat are
     adjacent in time, so the machine's slow drift cancels), as the median of the d with a distribution-free
     confidence interval for it: [k-th smallest d, k-th largest d], k the largest whose coverage
@@ -79,8 +81,8 @@ threshold), but rarely: see the switch counts.
     cells, each with its own ~90% interval and no correction for multiple cells, so the overall error rate is
     higher than one cell's.
 Many short runs beat a few long ones at equal time: the interval of 11 runs (3rd to 9th smallest) is much
-narrower than that of 5 (minimum to maximum), and runs closer in time pair better. The default run (2
-configurations x 6 policies x 11 repeats x 0.2 s) took 27 s on the project's 2-core VM.
+narrower than that of 5 (minimum to maximum), and runs closer in time pair better. The default run (3
+configurations x 6 policies x 11 repeats x 0.2 s) took 40 s on the project's 2-core VM.
 ";
 
 /// The most threads alive at once: pools × (threads + the pool's own).
@@ -157,7 +159,15 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
         return Err(format!("--virtual-cpus {v}: at most {MAX_VIRTUAL_CPUS} (mmcid's limit)"));
     }
     let setups = if compare && defaults {
-        vec![Setup { pools, threads, virtual_cpus: None }, Setup { pools: 2, threads: 16, virtual_cpus: Some(8) }]
+        // 8 × 8; one pool of cores + 1 threads, which crosses into per-CPU mode and back every round on the
+        // machine's own cores (rseq borrows where available); and 2 × 16 on 8 virtual cores, which crosses at
+        // thresholds the machine's core count would not reach.
+        let cores = mmcid::CpuSet::current().map_or(1, |s| s.len());
+        vec![
+            Setup { pools, threads, virtual_cpus: None },
+            Setup { pools: 1, threads: cores + 1, virtual_cpus: None },
+            Setup { pools: 2, threads: 16, virtual_cpus: Some(8) },
+        ]
     } else {
         vec![Setup { pools, threads, virtual_cpus: vcpus }]
     };
@@ -450,10 +460,15 @@ fn switch_totals(runs: &[Outcome]) -> (u64, u64) {
 }
 
 /// mmcid's mode switches (to per-CPU, to per-task) per run, averaged over its runs.
-fn switches_per_run(runs: &[Outcome]) -> (u64, u64) {
+fn switches_per_run(runs: &[Outcome]) -> (f64, f64) {
     let (to_cpu, to_task) = switch_totals(runs);
-    let n = (runs.len() as u64).max(1);
-    (to_cpu / n, to_task / n)
+    let n = runs.len().max(1) as f64;
+    (to_cpu as f64 / n, to_task as f64 / n)
+}
+
+/// Mean spawn latency of every run in ns, `[setup][policy][repeat]`.
+fn spawn_latencies(results: &[Vec<Vec<Outcome>>]) -> Vec<Vec<Vec<f64>>> {
+    results.iter().map(|row| row.iter().map(|runs| runs.iter().map(|o| o.mean_spawn_ns).collect()).collect()).collect()
 }
 
 /// The goal: mmcid's paired cost at most this many percent of `none`'s threads/s, in every configuration.
@@ -476,10 +491,14 @@ fn report(
         .zip(results)
         .map(|(label, row)| {
             let (to_cpu, to_task) = switches_per_run(&row[row.len() - 1]);
-            format!("{label} {to_cpu}/{to_task}")
+            format!("{label} {to_cpu:.1}/{to_task:.1}")
         })
         .collect();
     println!("mmcid mode switches per run (to per-CPU/to per-task): {}", switches.join(", "));
+    let spawn: Vec<Vec<f64>> =
+        spawn_latencies(results).iter().map(|row| row.iter().map(|v| median(v) / 1e3).collect()).collect();
+    let title = "mean spawn latency, us, median over runs, % versus none (positive = slower)";
+    print_median_table(title, "config", &labels, &names, &spawn, 1);
     let title =
         "paired cost, % (positive = slower): median over repeats of 1 - thr(P)/thr(none) in the same repeat [CI]";
     print_paired_table(title, "config", &labels, &names, paired);
@@ -506,6 +525,7 @@ fn json_body(
     cores: usize,
 ) -> String {
     let mut rows = Vec::new();
+    let spawn = spawn_latencies(results);
     for (si, setup) in cfg.setups.iter().enumerate() {
         let base = median(&thr[si][0]);
         for (p, name) in common::policy_names(&cfg.policies).into_iter().enumerate() {
@@ -518,7 +538,7 @@ fn json_body(
             };
             rows.push(format!(
                 "    {{\"config\":{},\"pools\":{},\"threads\":{},\"virtual_cpus\":{},\"policy\":{},\
-                 \"runs_thr_per_s\":[{}],{},{}{switches}}}",
+                 \"runs_thr_per_s\":[{}],{},{},\"median_mean_spawn_ns\":{}{switches}}}",
                 json_str(&setup.label()),
                 setup.pools,
                 setup.threads,
@@ -526,7 +546,8 @@ fn json_body(
                 json_str(name),
                 json_list(&thr[si][p], 1),
                 json_median_vs("", "median_thr_per_s", m, base, 1),
-                json_paired("paired_cost_", paired[si][p].as_ref())
+                json_paired("paired_cost_", paired[si][p].as_ref()),
+                json_num(median(&spawn[si][p]), 0)
             ));
         }
     }
@@ -553,7 +574,7 @@ mod tests {
     #[test]
     fn default_is_the_paired_comparison_of_11_short_runs() {
         let cfg = parse(&[]).unwrap().unwrap();
-        assert_eq!((cfg.policy, cfg.setups.len(), cfg.repeats, cfg.seconds), (None, 2, 11, 0.2));
+        assert_eq!((cfg.policy, cfg.setups.len(), cfg.repeats, cfg.seconds), (None, 3, 11, 0.2));
         let single = parse(&["--policy", "mmcid"]).unwrap().unwrap();
         assert_eq!((single.policy, single.seconds), (Some(5), 5.0));
     }
@@ -604,7 +625,7 @@ mod tests {
     fn policies_picks_a_subset_in_table_order() {
         let cfg = parse(&["--policies", "none,lazy-all,mmcid"]).unwrap().unwrap();
         assert_eq!(cfg.policies, [0, 3, 5]);
-        assert_eq!(compare_runs(cfg.setups.len(), cfg.repeats, cfg.policies.len()), Some(2 * 11 * 3));
+        assert_eq!(compare_runs(cfg.setups.len(), cfg.repeats, cfg.policies.len()), Some(3 * 11 * 3));
         assert!(parse(&["--policies", "none,mmcid", "--policy", "none"]).is_err());
         assert!(parse(&["--policies", "lazy-all,mmcid"]).unwrap_err().contains("none"));
     }
