@@ -81,7 +81,7 @@ step 240 "$results/hackbench-update.txt" "$hb" "${hbargs[@]}" --guard update --j
 step 120 "$results/hackbench-pipe-pinned.txt" "$hb" "${hbargs[@]}" --pipe --pin \
     --json "$results/hackbench-pipe-pinned.json"
 
-# thread_pools: the default pair (8x8 and a mode-crossing configuration), then 1..16 pools of 8 threads and the
+# thread_pools: the default three (8x8 and two mode-crossing configurations), then 1..16 pools of 8 threads and the
 # kernel's 32x32.
 if [ "$QUICK" = 1 ]; then
     tpargs=(--compare --seconds 0.2 --repeats 1)
