@@ -987,6 +987,8 @@ mutant_ids! {
     MUTANT_PLAIN_FIXUP_BARRIER = PlainFixupBarrier = 12;
     MUTANT_SEQUENCE_IGNORES_BUSY = SequenceIgnoresBusy = 13;
     MUTANT_NO_DEFERRED_DRAIN = NoDeferredDrain = 14;
+    MUTANT_RELAXED_SHARD_PUBLISH = RelaxedShardPublish = 15;
+    MUTANT_RELAXED_SEGMENT_INSTALL = RelaxedSegmentInstall = 16;
 }
 
 #[cfg(all(test, not(loom)))]

@@ -46,7 +46,6 @@
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
 
 mod bitmap;
-#[cfg(not(loom))]
 mod counter;
 mod cpuset;
 mod error;
@@ -64,7 +63,6 @@ mod sync;
 mod sys;
 mod view;
 
-#[cfg(not(loom))]
 pub use counter::ShardedCounter;
 pub use cpuset::CpuSet;
 pub use error::Error;

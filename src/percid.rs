@@ -27,6 +27,7 @@
 //!   crate-internal [`SharedPerCid`], a separate type that never hands out `&mut T` and requires `T: Sync`.
 
 use crate::bitmap::MAX_BITS;
+use crate::group::{MutantId, MUTANT_RELAXED_SEGMENT_INSTALL, MUTANT_RELAXED_SHARD_PUBLISH};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, Ordering::*};
 use crate::{CidGuard, Error, Group};
 use crossbeam_utils::CachePadded;
@@ -126,6 +127,9 @@ pub struct PerCid<T> {
     allocated: AtomicUsize,
     /// The group whose guards may index this (`Group::id`, never reused).
     group_id: u64,
+    /// Loom only: the group's mutant, for the publication models (docs/loom.md, model 12).
+    #[cfg(loom)]
+    mutant: MutantId,
     init: Init<T>,
     /// Owns `T`s (drop check).
     _owns: PhantomData<T>,
@@ -199,8 +203,24 @@ impl<T> PerCid<T> {
             visited: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             allocated: AtomicUsize::new(0),
             group_id: group.id(),
+            #[cfg(loom)]
+            mutant: group.inner.mutant,
             init,
             _owns: PhantomData,
+        }
+    }
+
+    /// Whether the loom mutant `m` is active (always false in normal builds).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    fn mutant(&self, m: MutantId) -> bool {
+        #[cfg(loom)]
+        {
+            self.mutant == m
+        }
+        #[cfg(not(loom))]
+        {
+            false
         }
     }
 
@@ -308,20 +328,22 @@ impl<T> PerCid<T> {
     #[inline(never)]
     fn install(&self, cid: usize) -> NonNull<CachePadded<T>> {
         let (s, off) = locate(cid);
-        let seg = segment(&self.shards[s], seg_len(s), || AtomicPtr::new(ptr::null_mut()));
+        let relaxed_segments = self.mutant(MUTANT_RELAXED_SEGMENT_INSTALL);
+        let seg = segment(&self.shards[s], seg_len(s), || AtomicPtr::new(ptr::null_mut()), relaxed_segments);
         // SAFETY: `off < seg_len(s)`; the segment lives until `Drop`.
         let slot = unsafe { &*seg.as_ptr().add(off) };
         if let Some(shard) = NonNull::new(slot.load(Relaxed)) {
             return shard; // unreachable while I8 holds (the hot path saw it null); harmless
         }
         let shard = NonNull::from(Box::leak(Box::new(CachePadded::new(self.init.call()))));
+        let publish = if self.mutant(MUTANT_RELAXED_SHARD_PUBLISH) { Relaxed } else { Release };
         // Release: publishes the initialised shard to scanners, which load the slot with Acquire.
-        slot.store(shard.as_ptr(), Release);
-        let words = segment(&self.visited[s], words_len(s), || AtomicU64::new(0));
+        slot.store(shard.as_ptr(), publish);
+        let words = segment(&self.visited[s], words_len(s), || AtomicU64::new(0), relaxed_segments);
         // SAFETY: `off / 64 < words_len(s)`; the segment lives until `Drop`.
         let word = unsafe { &*words.as_ptr().add(off / 64) };
         // Release: a scanner that sees the bit (Acquire) also sees the slot store above.
-        word.fetch_or(1 << (off % 64), Release);
+        word.fetch_or(1 << (off % 64), publish);
         self.allocated.fetch_add(1, Relaxed);
         shard
     }
@@ -355,16 +377,18 @@ impl<T> Drop for PerCid<T> {
 }
 
 /// The segment behind `head`, installing a fresh one of `len` elements made by `fresh` if there is none yet.
-/// Lock-free: when two threads race, the CAS loser frees its own allocation and uses the winner's.
+/// Lock-free: when two threads race, the CAS loser frees its own allocation and uses the winner's. `mutant`:
+/// loom's `RelaxedSegmentInstall` (every ordering here Relaxed; always false in normal builds).
 #[cold]
-fn segment<U>(head: &AtomicPtr<U>, len: usize, fresh: impl Fn() -> U) -> NonNull<U> {
+fn segment<U>(head: &AtomicPtr<U>, len: usize, fresh: impl Fn() -> U, mutant: bool) -> NonNull<U> {
+    let (load, success, failure) = if mutant { (Relaxed, Relaxed, Relaxed) } else { (Acquire, Release, Acquire) };
     // Acquire: pairs with the Release CAS below in whichever thread installed it.
-    if let Some(seg) = NonNull::new(head.load(Acquire)) {
+    if let Some(seg) = NonNull::new(head.load(load)) {
         return seg;
     }
     let new = Box::into_raw((0..len).map(|_| fresh()).collect::<Box<[U]>>()).cast::<U>();
     // Release (success): publishes the initialised elements. Acquire (failure): we use the winner's.
-    match head.compare_exchange(ptr::null_mut(), new, Release, Acquire) {
+    match head.compare_exchange(ptr::null_mut(), new, success, failure) {
         Ok(_) => NonNull::new(new).expect("Box pointers are non-null"),
         Err(winner) => {
             // SAFETY: `new` came from `Box<[U]>::into_raw` with length `len` and was never published.

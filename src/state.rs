@@ -118,6 +118,11 @@ pub enum Mutant {
     SequenceIgnoresBusy,
     /// rseq groups: the claim lock's holder never drains the slots exits deferred to it while it held the lock.
     NoDeferredDrain,
+    /// `PerCid`: a new shard's slot store and its visited bit Relaxed instead of Release (readers that are not in
+    /// the CID's hand-over chain, e.g. `ShardedCounter::sum`, may see the shard before its initialisation).
+    RelaxedShardPublish,
+    /// `PerCid`: a segment installed, and a lost race's winner read, with Relaxed instead of Release / Acquire.
+    RelaxedSegmentInstall,
 }
 
 #[cfg(all(test, not(loom)))]
