@@ -64,10 +64,18 @@ mod harness {
     where
         F: Fn() + Sync + Send + 'static,
     {
+        model_at_least(name, 0, f)
+    }
+
+    /// [`model`] with a preemption bound of at least `bound`, for the one mutant twin whose failing execution
+    /// needs more preemptions than CI's default bound allows (docs/loom.md, model 6a).
+    pub fn model_at_least<F>(name: &'static str, bound: usize, f: F)
+    where
+        F: Fn() + Sync + Send + 'static,
+    {
         let mut b = loom::model::Builder::new();
-        if b.preemption_bound.is_none() {
-            b.preemption_bound = Some(DEFAULT_PREEMPTIONS);
-        }
+        let env = b.preemption_bound.unwrap_or(DEFAULT_PREEMPTIONS);
+        b.preemption_bound = Some(env.max(bound));
         if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
             b.max_branches = 10_000;
         }

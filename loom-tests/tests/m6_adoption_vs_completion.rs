@@ -13,10 +13,15 @@ use loom::sync::atomic::{AtomicBool, Ordering::*};
 use loom::sync::Arc;
 use loom::thread;
 use mmcid::{CidKind, Group, Mode, Mutant};
-use mmcid_loom_tests::{finish, model, Cids, Reg};
+use mmcid_loom_tests::{finish, model, model_at_least, Cids, Reg};
 
 fn scenario(name: &'static str, mutant: Mutant) {
-    model(name, move || {
+    scenario_at_least(name, mutant, 0);
+}
+
+/// `scenario` at a preemption bound of at least `bound`.
+fn scenario_at_least(name: &'static str, mutant: Mutant, bound: usize) {
+    model_at_least(name, bound, move || {
         let group = Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).mutant(mutant).build().unwrap();
         let cids = Cids::new(3 + 4);
         let mut r1 = Reg::new(&group, 0);
@@ -90,6 +95,16 @@ fn adoption_vs_sweep(name: &'static str, mutant: Mutant) {
 #[test]
 fn adoption_vs_completion() {
     scenario("adoption_vs_completion", Mutant::None);
+}
+
+/// 6a's own twin: adoption without the re-check. T1's guard spans the task → CPU switch, its exit adopts CID 0
+/// into core 0 after the CPU → task sweep passed it, and core 0 keeps a CID in per-task mode. Reaching that needs
+/// three preemptions, so this twin runs at a bound of 3 whatever `LOOM_MAX_PREEMPTIONS` says (model 6b rejects the
+/// same mutant at 2).
+#[test]
+#[should_panic(expected = "a core owns a CID in per-task mode")]
+fn adoption_vs_completion_mutant_adopt_recheck() {
+    scenario_at_least("adoption_vs_completion_mutant_adopt_recheck", Mutant::NoAdoptRecheck, 3);
 }
 
 #[test]
