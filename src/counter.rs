@@ -202,6 +202,14 @@ impl ShardedCounter {
         self.shards.iter().fold(0, |sum, shard| sum.wrapping_add(shard.load(Relaxed)))
     }
 
+    /// Loom only (model 12): the value of CID `cid`'s shard if it is installed, read as a sequence adder reads
+    /// it (`SharedPerCid::installed`, outside the CID's hand-over chain).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn loom_installed(&self, cid: usize) -> Option<u64> {
+        self.shards.installed(cid).map(|s| s.load(Relaxed))
+    }
+
     /// Sets the counter to zero. Takes `&mut self`, so no update can run concurrently and the next
     /// [`sum`](ShardedCounter::sum) is exactly 0; allocated shards are kept (zeroed) for reuse.
     ///

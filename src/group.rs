@@ -756,33 +756,41 @@ impl Inner {
     /// also drains the flag at its own unlock).
     #[cold]
     fn defer_claim(&self, c: &Counters) -> bool {
-        c.bump(Ev::Deferred);
         // Release, as an RMW so that every deferring exit's flag continues the release sequence: the drainer's
         // Acquire swap then sees each deferring exit's X1, the idle word it must take.
         self.claims_deferred.swap(1, Ordering::Release);
         // Store-buffering pair with `claim_unlock`'s fence: either we see the lock free, or the holder that we saw
         // holding it sees our flag after its unlock.
         fence(Ordering::SeqCst);
-        self.try_claim_lock()
+        let locked = !self.mutant(MUTANT_NO_DEFER_RETRY) && self.try_claim_lock();
+        if !locked {
+            c.bump(Ev::Deferred);
+        }
+        locked
     }
 
     /// Releases the claim lock, then drains what exits deferred while it was held: as long as the flag is set
     /// and the lock can be had, take every idle slot the mode says no core may own (`take_deferred`).
     fn claim_unlock(&self, c: &Counters) {
+        let mut drained = false;
         loop {
             self.claim.store(0, Ordering::Release);
-            if self.mutant(MUTANT_NO_DEFERRED_DRAIN) {
+            if self.mutant(MUTANT_NO_DEFERRED_DRAIN) || (drained && self.mutant(MUTANT_NO_DRAIN_LOOP)) {
                 return;
             }
-            fence(Ordering::SeqCst); // pairs with `defer_claim`'s fence
-                                     // Relaxed: the fence above orders it (a stale 0 is excluded by the store-buffering argument).
+            // Pairs with `defer_claim`'s fence.
+            fence(Ordering::SeqCst);
+            // Relaxed: the fence above orders it (a stale 0 is excluded by the store-buffering argument). Nothing
+            // deferred, or the new holder drains at its own unlock: done.
             if self.claims_deferred.load(Ordering::Relaxed) == 0 || !self.try_claim_lock() {
-                return; // nothing deferred, or the new holder drains at its own unlock
+                return;
             }
-            // Acquire: pairs with `defer_claim`'s Release swap (the deferring exits' X1 stores).
+            // Acquire: pairs with `defer_claim`'s Release swap (the deferring exits' X1 stores). Exits may defer
+            // again while we drain: hence the loop.
             if self.claims_deferred.swap(0, Ordering::Acquire) != 0 {
                 self.take_deferred(c);
             }
+            drained = true;
         }
     }
 
@@ -808,7 +816,8 @@ impl Inner {
         if !claimed {
             return;
         }
-        if !self.mutant(MUTANT_NO_CLAIM_BARRIER) {
+        // As in every claim: a sequence that read an idle word before our claim has committed or was aborted.
+        if !self.mutant(MUTANT_NO_DRAIN_BARRIER) {
             self.rseq_barrier();
         }
         for slot in self.slots.iter() {
@@ -818,7 +827,7 @@ impl Inner {
             if s & CLAIM != 0 && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.bitmap.clear(s & VALUE);
                 c.bump(Ev::BitmapClear);
-                c.bump(Ev::TransitDrop);
+                c.bump(Ev::FixupTake);
             }
         }
     }
@@ -899,11 +908,12 @@ impl Inner {
     /// CPU → task switch: flip, fence, take idle cores' CIDs, complete.
     fn switch_to_per_task(&self, life: &mut Life) {
         life.counters.bump(Ev::SwitchToTask);
-        self.hot.mode.store(TO_PER_TASK, Ordering::Release); // F1
-                                                             // F2: pairs with X2 of borrowers. The last registration's drop needs none: every registration's drop came
-                                                             // after all its guards and sequences and took the lifecycle lock before us (happens-before), so nothing
-                                                             // runs on the light side; the last-user sweep in `unregister` has always relied on the same argument.
-                                                             // That saves one (RSEQ) membarrier per round to groups that empty and refill (thread pools).
+        // F1.
+        self.hot.mode.store(TO_PER_TASK, Ordering::Release);
+        // F2: pairs with X2 of borrowers. The last registration's drop needs none: every registration's drop came
+        // after all its guards and sequences and took the lifecycle lock before us (happens-before), so nothing
+        // runs on the light side; the last-user sweep in `unregister` has always relied on the same argument.
+        // That saves one (RSEQ) membarrier per round to groups that empty and refill (thread pools).
         if life.users > 0 && !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
             self.heavy_barrier();
         }
@@ -958,6 +968,42 @@ impl Inner {
     }
 }
 
+/// Loom only: the claim protocol's participants in isolation, for models 11g and 11h (docs/loom.md), where a
+/// real scenario would need more threads or preemptions than loom can explore.
+#[cfg(loom)]
+#[doc(hidden)]
+impl Group {
+    /// Core `cpu` owns a fresh CID and a guard holds it (BUSY): the state a CPU → task switch leaves behind for
+    /// a borrower that was inside its guard.
+    pub fn loom_hold_core(&self, cpu: usize) {
+        let g = &*self.inner;
+        let c = g.bitmap.get();
+        g.slots[cpu].store(slot::busy(c), Ordering::Release);
+    }
+
+    /// That guard's exit after the switch (`exit_slow_core` without adoption): X1, then the claim, which may
+    /// defer to the lock's holder; a CID taken is freed.
+    pub fn loom_exit_core(&self, cpu: usize) {
+        let g = &*self.inner;
+        let c = g.slots[cpu].load(Ordering::Relaxed) & VALUE;
+        g.slots[cpu].store(slot::owned(c), Ordering::Release); // X1
+        if g.take_idle(cpu, slot::owned(c), true, &Counters::default()) {
+            g.bitmap.clear(c);
+        }
+    }
+
+    /// What a claim-lock holder does once an exit has deferred to it: flag, then (if the lock is free) lock,
+    /// unlock and drain.
+    pub fn loom_deferred_drain(&self) {
+        let g = &*self.inner;
+        g.claims_deferred.swap(1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if g.try_claim_lock() {
+            g.claim_unlock(&Counters::default());
+        }
+    }
+}
+
 /// Mutant identifiers, usable in both builds (the check is constant-false outside loom).
 #[cfg(loom)]
 pub(crate) type MutantId = Mutant;
@@ -987,8 +1033,12 @@ mutant_ids! {
     MUTANT_PLAIN_FIXUP_BARRIER = PlainFixupBarrier = 12;
     MUTANT_SEQUENCE_IGNORES_BUSY = SequenceIgnoresBusy = 13;
     MUTANT_NO_DEFERRED_DRAIN = NoDeferredDrain = 14;
-    MUTANT_RELAXED_SHARD_PUBLISH = RelaxedShardPublish = 15;
+    MUTANT_RELAXED_SHARD_SLOT = RelaxedShardSlot = 15;
     MUTANT_RELAXED_SEGMENT_INSTALL = RelaxedSegmentInstall = 16;
+    MUTANT_NO_DEFER_RETRY = NoDeferRetry = 17;
+    MUTANT_NO_DRAIN_LOOP = NoDrainLoop = 18;
+    MUTANT_NO_DRAIN_BARRIER = NoDrainBarrier = 19;
+    MUTANT_RELAXED_VISITED_BIT = RelaxedVisitedBit = 20;
 }
 
 #[cfg(all(test, not(loom)))]
@@ -1067,7 +1117,7 @@ mod tests {
         let mut t = Stats::totals();
         counters.add_to(&mut t);
         let s = Stats::from_totals(&t, 0);
-        assert_eq!((s.exit_deferred, s.exit_transit_drop, s.bitmap_clears), (1, 1, 1));
+        assert_eq!((s.exit_deferred, s.fixup_takes, s.bitmap_clears), (1, 1, 1));
 
         // With the lock free, the exit claims by itself.
         let c = inner.bitmap.get();

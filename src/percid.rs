@@ -27,7 +27,7 @@
 //!   crate-internal [`SharedPerCid`], a separate type that never hands out `&mut T` and requires `T: Sync`.
 
 use crate::bitmap::MAX_BITS;
-use crate::group::{MutantId, MUTANT_RELAXED_SEGMENT_INSTALL, MUTANT_RELAXED_SHARD_PUBLISH};
+use crate::group::{MutantId, MUTANT_RELAXED_SEGMENT_INSTALL, MUTANT_RELAXED_SHARD_SLOT, MUTANT_RELAXED_VISITED_BIT};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, Ordering::*};
 use crate::{CidGuard, Error, Group};
 use crossbeam_utils::CachePadded;
@@ -336,14 +336,14 @@ impl<T> PerCid<T> {
             return shard; // unreachable while I8 holds (the hot path saw it null); harmless
         }
         let shard = NonNull::from(Box::leak(Box::new(CachePadded::new(self.init.call()))));
-        let publish = if self.mutant(MUTANT_RELAXED_SHARD_PUBLISH) { Relaxed } else { Release };
-        // Release: publishes the initialised shard to scanners, which load the slot with Acquire.
-        slot.store(shard.as_ptr(), publish);
+        // Release: publishes the initialised shard to readers outside the CID's hand-over chain, which load the
+        // slot with Acquire (`SharedPerCid::installed`: sequence adders).
+        slot.store(shard.as_ptr(), if self.mutant(MUTANT_RELAXED_SHARD_SLOT) { Relaxed } else { Release });
         let words = segment(&self.visited[s], words_len(s), || AtomicU64::new(0), relaxed_segments);
         // SAFETY: `off / 64 < words_len(s)`; the segment lives until `Drop`.
         let word = unsafe { &*words.as_ptr().add(off / 64) };
         // Release: a scanner that sees the bit (Acquire) also sees the slot store above.
-        word.fetch_or(1 << (off % 64), publish);
+        word.fetch_or(1 << (off % 64), if self.mutant(MUTANT_RELAXED_VISITED_BIT) { Relaxed } else { Release });
         self.allocated.fetch_add(1, Relaxed);
         shard
     }
@@ -447,14 +447,22 @@ impl<T> Iterator for RawIter<'_, T> {
                 self.bits &= self.bits - 1;
                 let cid = self.base + bit;
                 if self.slots.is_null() {
-                    continue; // unreachable: a visited bit is set after its segment and slot
+                    // Unreachable: a visited bit is set after its segment and slot (loom model 12 checks it).
+                    // (Not while unwinding: a loom execution torn down mid-`install` drops the `PerCid` half-made.)
+                    debug_assert!(std::thread::panicking(), "visited bit of CID {cid} seen before its segment");
+                    continue;
                 }
                 // SAFETY: `cid` lies in segment `self.seg`, whose live segment `slots` is.
                 let slot = unsafe { &*self.slots.add(cid - seg_base(self.seg)) };
                 // Acquire: pairs with the Release store in `install` (the shard's initialisation is visible).
                 match NonNull::new(slot.load(Acquire)) {
                     Some(shard) => return Some((cid, shard)),
-                    None => continue, // unreachable: the bit is set after the slot
+                    None => {
+                        // Unreachable: the bit is set after the slot (loom model 12 checks it).
+                        // (Not while unwinding: a loom execution torn down mid-`install` drops the `PerCid` half-made.)
+                        debug_assert!(std::thread::panicking(), "visited bit of CID {cid} seen before its slot");
+                        continue;
+                    }
                 }
             }
             if self.seg >= SEGMENTS {

@@ -118,11 +118,20 @@ pub enum Mutant {
     SequenceIgnoresBusy,
     /// rseq groups: the claim lock's holder never drains the slots exits deferred to it while it held the lock.
     NoDeferredDrain,
-    /// `PerCid`: a new shard's slot store and its visited bit Relaxed instead of Release (readers that are not in
-    /// the CID's hand-over chain, e.g. `ShardedCounter::sum`, may see the shard before its initialisation).
-    RelaxedShardPublish,
+    /// `PerCid`: a new shard's slot store Relaxed instead of Release (a reader outside the CID's hand-over chain,
+    /// `SharedPerCid::installed`, may see the shard before its initialisation).
+    RelaxedShardSlot,
+    /// `PerCid`: a new shard's visited bit Relaxed instead of Release (a scan, e.g. `ShardedCounter::sum`, may see
+    /// the bit before the slot).
+    RelaxedVisitedBit,
     /// `PerCid`: a segment installed, and a lost race's winner read, with Relaxed instead of Release / Acquire.
     RelaxedSegmentInstall,
+    /// rseq groups: an exit that finds the claim lock held flags its slot but does not try the lock again.
+    NoDeferRetry,
+    /// rseq groups: the claim lock's holder drains once after its unlock, not until no deferral is left.
+    NoDrainLoop,
+    /// rseq groups: the drain takes the idle slots it claimed without the RSEQ membarrier in between.
+    NoDrainBarrier,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -71,10 +71,10 @@ pub struct Stats {
     pub steals: u64,
     /// CIDs adopted at exit after a switch completed (instead of two bitmap operations).
     pub exit_adopt: u64,
-    /// Transitional CIDs dropped at exit (or, in rseq groups, taken from a core's slot for an exit that deferred).
+    /// Transitional CIDs dropped at exit.
     pub exit_transit_drop: u64,
     /// Exits in rseq groups that found the claim lock held and left their core's idle CID to its holder instead
-    /// of waiting (design.md §4.1.1).
+    /// of waiting (design.md §4.1.1); what the holder's drain takes counts in `fixup_takes`.
     pub exit_deferred: u64,
     /// Bits set in the CID bitmap.
     pub bitmap_sets: u64,
@@ -88,7 +88,7 @@ pub struct Stats {
     pub fixup_walks: u64,
     /// Owners (registrations or slots) visited by fixup walks.
     pub fixup_visits: u64,
-    /// CIDs taken away by fixup walks.
+    /// CIDs taken away by fixup walks (and by drains of deferred claims, design.md §4.1.1).
     pub fixup_takes: u64,
     /// CIDs marked in use now.
     pub cids_in_use: u64,

@@ -222,6 +222,16 @@ mod harness {
     /// registration, which switches the group back to per-task mode and sweeps the core slots. The main thread
     /// then registers again (the new registration takes the lowest free CID at birth) and enters with it.
     pub fn borrower_vs_sweep(group: Group, t1: fn(&Cids, &mut Reg)) {
+        borrower_vs_sweep_and(group, t1, None);
+    }
+
+    /// `borrower_vs_sweep` with a third thread running `also` on the group meanwhile (joined before the final
+    /// checks).
+    pub fn borrower_vs_sweep_and(group: Group, t1: fn(&Cids, &mut Reg), also: Option<fn(&Group)>) {
+        let also = also.map(|f| {
+            let group = group.clone();
+            loom::thread::spawn(move || f(&group))
+        });
         let cids = Cids::new(3 + 4);
         let mut r1 = Reg::new(&group, 0);
         let r2 = Reg::new(&group, 0);
@@ -245,6 +255,9 @@ mod harness {
         cids.visit(&mut r4);
 
         let r1 = t1.join().unwrap();
+        if let Some(t) = also {
+            t.join().unwrap();
+        }
         assert_eq!(group.mode(), Mode::PerTask);
         finish(&group, &cids, vec![r1, r4]);
     }

@@ -153,7 +153,11 @@ fn steal_vs_sequence_of_the_robbed_core_mutant_no_claim_barrier() {
 /// claim. An exit that finds the lock held flags its slot and leaves; the holder must drain the flag after its
 /// unlock, or core 0 keeps a CID in per-task mode.
 fn exits_claim_at_once(name: &'static str, mutant: Mutant) {
-    model(name, move || {
+    model(name, move || exits_claim_at_once_body(mutant));
+}
+
+fn exits_claim_at_once_body(mutant: Mutant) {
+    {
         let group = Group::builder()
             .virtual_cpus(6)
             .cpus_virtual(0..4)
@@ -187,7 +191,7 @@ fn exits_claim_at_once(name: &'static str, mutant: Mutant) {
         let r2 = t1.join().unwrap();
         assert_eq!(group.mode(), Mode::PerTask);
         finish(&group, &cids, vec![r1, r2]);
-    });
+    }
 }
 
 #[test]
@@ -201,6 +205,76 @@ fn exits_claim_at_once_nobody_waits() {
 #[should_panic(expected = "a core owns a CID in per-task mode")]
 fn exits_claim_at_once_mutant_no_deferred_drain() {
     exits_claim_at_once("exits_claim_at_once_mutant_no_deferred_drain", Mutant::NoDeferredDrain);
+}
+
+/// The exit that finds the lock held does not try it again after flagging: if the holder unlocked and checked the
+/// flag in between, nobody drains. Needs three preemptions (review, session 6), hence the bound.
+#[test]
+#[should_panic(expected = "a core owns a CID in per-task mode")]
+fn exits_claim_at_once_mutant_no_defer_retry() {
+    mmcid_loom_tests::model_at_least("exits_claim_at_once_mutant_no_defer_retry", 3, || {
+        exits_claim_at_once_body(Mutant::NoDeferRetry)
+    });
+}
+
+/// 11g: three exits that lost a switch claim at once (`Group::loom_hold_core` / `loom_exit_core`: the claim of
+/// `exit_slow_core`, nothing else), on three cores of a per-task group: one may defer while the holder drains
+/// another's deferral, and the holder must drain until no deferral is left.
+fn three_exits(name: &'static str, mutant: Mutant, bound: usize) {
+    mmcid_loom_tests::model_at_least(name, bound, move || {
+        let group = Group::builder().virtual_cpus(3).restartable_sequences(true).mutant(mutant).build().unwrap();
+        let r0 = Reg::new(&group, 0);
+        for cpu in 0..3 {
+            group.loom_hold_core(cpu);
+        }
+        let exits: Vec<_> = (1..3)
+            .map(|cpu| {
+                let group = group.clone();
+                thread::spawn(move || group.loom_exit_core(cpu))
+            })
+            .collect();
+        group.loom_exit_core(0);
+        for t in exits {
+            t.join().unwrap();
+        }
+        assert_eq!(group.mode(), Mode::PerTask);
+        finish(&group, &Cids::new(1 + 3), vec![r0]);
+    });
+}
+
+#[test]
+fn three_exits_claim_at_once() {
+    three_exits("three_exits_claim_at_once", Mutant::None, 0);
+}
+
+/// The holder drains once: a third exit that flagged its slot during that drain is left behind.
+#[test]
+#[should_panic(expected = "a core owns a CID in per-task mode")]
+fn three_exits_claim_at_once_mutant_no_drain_loop() {
+    three_exits("three_exits_claim_at_once_mutant_no_drain_loop", Mutant::NoDrainLoop, 0);
+}
+
+/// 11h: model 4a's scenario (a borrow sequence on core 0 against the CPU → task switch) with a third thread that
+/// drains deferred claims (`Group::loom_deferred_drain`), as a claim-lock holder does after an exit deferred to
+/// it: the drain, between F1 and the switch's F2, claims core 0's idle word that the sequence read, and must wait
+/// for the sequence with its own RSEQ membarrier before taking it.
+fn drain_vs_sequence(name: &'static str, mutant: Mutant) {
+    model(name, move || {
+        mmcid_loom_tests::borrower_vs_sweep_and(small(mutant), visit, Some(Group::loom_deferred_drain))
+    });
+}
+
+#[test]
+fn drain_vs_sequence_during_a_switch() {
+    drain_vs_sequence("drain_vs_sequence_during_a_switch", Mutant::None);
+}
+
+/// The drain takes what it claimed without its RSEQ membarrier: the sequence commits BUSY over the EMPTY slot and
+/// uses a CID the drain freed, and its exit frees it a second time.
+#[test]
+#[should_panic(expected = "released twice")]
+fn drain_vs_sequence_during_a_switch_mutant_no_drain_barrier() {
+    drain_vs_sequence("drain_vs_sequence_during_a_switch_mutant_no_drain_barrier", Mutant::NoDrainBarrier);
 }
 
 /// T1's part in 11e: `ShardedCounter`'s whole-update sequence (design.md §9.2) on core 0's idle CID, touching the

@@ -16,7 +16,8 @@ fn group(mutant: Mutant) -> Group {
 
 /// 12a: CID 0's shard (and with it segment 0 of the slots and of the visited bits) exists before T1 starts;
 /// T1 then installs CID 1's shard in that segment (one slot store and one visited bit, no segment CAS) while
-/// the main thread sums.
+/// the main thread sums (a scan: visited bits, then slots) and then looks CID 1's shard up directly, as a
+/// sequence adder does (the slot alone).
 fn install_vs_sum(name: &'static str, mutant: Mutant) {
     model(name, move || {
         let group = group(mutant);
@@ -34,6 +35,8 @@ fn install_vs_sum(name: &'static str, mutant: Mutant) {
         };
         let seen = counter.sum();
         assert!((1..=2).contains(&seen), "sum {seen} outside what the adds allow");
+        let one = counter.loom_installed(1); // as a sequence adder looks CID 1's shard up
+        assert!(matches!(one, None | Some(0) | Some(1)), "{one:?}");
 
         let r1 = t1.join().unwrap();
         assert_eq!(counter.sum(), 2);
@@ -46,12 +49,18 @@ fn shard_install_vs_sum() {
     install_vs_sum("shard_install_vs_sum", Mutant::None);
 }
 
-/// The new shard's slot store and visited bit Relaxed: the sum finds the bit and the pointer but not the
-/// shard's initialisation.
+/// The new shard's visited bit Relaxed: the scan sees the bit before the slot (a debug assertion in the scan).
+#[test]
+#[should_panic(expected = "seen before its slot")]
+fn shard_install_vs_sum_mutant_relaxed_visited_bit() {
+    install_vs_sum("shard_install_vs_sum_mutant_relaxed_visited_bit", Mutant::RelaxedVisitedBit);
+}
+
+/// The new shard's slot store Relaxed: the direct lookup finds the pointer but not the shard's initialisation.
 #[test]
 #[should_panic(expected = "Causality violation")]
-fn shard_install_vs_sum_mutant_relaxed_publish() {
-    install_vs_sum("shard_install_vs_sum_mutant_relaxed_publish", Mutant::RelaxedShardPublish);
+fn shard_install_vs_sum_mutant_relaxed_slot() {
+    install_vs_sum("shard_install_vs_sum_mutant_relaxed_slot", Mutant::RelaxedShardSlot);
 }
 
 /// 12b: the first uses of CIDs 0 and 1 race: both find segment 0 missing, both build one, one CAS wins and the
