@@ -227,7 +227,9 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Res
                 drop(gate.read().unwrap_or_else(|e| e.into_inner())); // wait for go
                 let pool = Arc::new(Pool::default());
                 let (mut created, mut failures, mut spawn_ns) = (0u64, 0u64, 0u128);
-                while !stop.load(Ordering::Relaxed) {
+                // At least one round, however late the pool thread first runs (a loaded machine), so every run
+                // measures something.
+                loop {
                     let mut started = 0;
                     for _ in 0..setup.threads {
                         let (policy, pool) = (Arc::clone(&policy), Arc::clone(&pool));
@@ -275,6 +277,9 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Res
                     created += started as u64;
                     if started == 0 {
                         std::thread::sleep(Duration::from_millis(10)); // spawning fails: don't spin
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
                     }
                 }
                 (created, failures, spawn_ns)

@@ -279,6 +279,14 @@ mod tests {
                 });
             }
             s.spawn(|| {
+                // Stops the adders however the holder ends: a failed assertion fails the test, not hangs it.
+                struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, Relaxed);
+                    }
+                }
+                let _done = Done(&done);
                 crate::sys::pin_current(cpu).unwrap();
                 let mut reg = group.register();
                 assert_eq!(group.mode(), Mode::PerCpu);
@@ -293,7 +301,6 @@ mod tests {
                     // could run only inside the holds, and one run in about twenty saw no sequence at all).
                     std::thread::yield_now();
                 }
-                done.store(true, Relaxed);
             });
         });
         assert_eq!(counter.sum(), HOLDS + adds.load(Relaxed), "an add landed on a CID a guard held");

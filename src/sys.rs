@@ -524,8 +524,12 @@ pub(crate) mod tests {
             for _ in 0..threads {
                 s.spawn(|| {
                     start.wait(); // all at once: the threads of a CPU must overlap
-                    let mut done = 0;
+                    let (mut done, mut tries) = (0, 0u64);
                     while done < rounds {
+                        // A hold that (almost) never succeeds (a broken sequence, a wrong mode check) fails the
+                        // test instead of spinning forever.
+                        tries += 1;
+                        assert!(tries <= 1000 * rounds, "only {done} of {rounds} holds succeeded in {tries} tries");
                         let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
                         if let Some(release) = try_hold(cpu) {
                             let v = counts[cpu].load(Relaxed);
@@ -631,7 +635,9 @@ pub(crate) mod tests {
     /// runs sequences on the same counter. Every commit must be counted exactly once, whoever made it, and the
     /// thread must survive (an abort that jumped to a wrong address, or a bad signature, would kill it). A plain
     /// load and store in place of the sequence, made by hand when this was written, lost 166–2475 of the
-    /// handlers' increments in three runs out of three.
+    /// handlers' increments in three runs out of three; with the worker stopping after 100 handled signals it
+    /// lost only 1–11 and escaped in one run in twenty (test review, session 6), so the worker now goes on until
+    /// 2000 signals were handled.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn rseq_sequences_survive_signals() {
@@ -664,12 +670,12 @@ pub(crate) mod tests {
             assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
         }
         use std::os::unix::thread::JoinHandleExt;
-        // The worker goes on past its rounds until 100 signals were handled (or 20 s passed): with the other rseq
+        // The worker goes on past its rounds until 2000 signals were handled (or 20 s passed): with the other rseq
         // tests' spinning threads on the same 2 cores, its rounds alone could end before the sender first ran.
         let worker = std::thread::spawn(move || {
             let (mut mine, mut done) = (0, 0);
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-            while done < rounds / 4 || (HANDLED.load(Relaxed) < 100 && std::time::Instant::now() < deadline) {
+            while done < rounds / 4 || (HANDLED.load(Relaxed) < 2000 && std::time::Instant::now() < deadline) {
                 let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
                 mine += rseq::add_if(cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1) as u64;
                 done += 1;
@@ -691,7 +697,7 @@ pub(crate) mod tests {
         eprintln!(
             "rseq_sequences_survive_signals: {sent} signals sent, {handled} handled ({in_handler} commits inside)"
         );
-        assert!(handled >= 100, "only {handled} of {sent} signals were handled in 20 s");
+        assert!(handled >= 2000, "only {handled} of {sent} signals were handled in 20 s");
         assert_eq!(total, commits + IN_HANDLER.load(Relaxed), "a sequence interrupted by a signal was counted wrong");
     }
 

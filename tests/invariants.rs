@@ -4,10 +4,10 @@
 
 mod common;
 
-use common::{Occupancy, Payload};
+use common::{Gate, Occupancy, Payload};
 use mmcid::{CidKind, CpuSet, Error, Group, Mode};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ fn churn_with(
     // holds nothing (gate A) while worker 0 holds a guard (a switch back here, where the threshold allows it at
     // one user, runs under that live guard); then worker 0 leaves too (gate C: no user, per-task for sure) and
     // everyone carries on (gate D). The test thread looks at the group between the gates.
-    let gate = Arc::new(common::Gate::new(workers + 2));
+    let gate = Arc::new(Gate::new(workers + 2));
     let draining = Arc::new(AtomicBool::new(false));
     // I2 hard bound: below users + cores, and users never exceed the workers plus the churner's 5 extras.
     let hard_bound = workers + 5 + cores;
@@ -261,8 +261,12 @@ fn i4_steal_from_an_idle_core_rseq_and_cas() {
         let mut last = regs.pop().unwrap();
         drop(regs);
         if group.mode() != Mode::PerCpu {
-            eprintln!("i4_steal_from_an_idle_core: {} possible CPUs, back to per-task at one user", group.cores());
-            return;
+            // Only on at most 3 possible CPUs does one user stay below nobody's threshold (thrs = cores / 2 = 1).
+            eprintln!(
+                "i4_steal_from_an_idle_core (rseq {rseq}): {} possible CPUs, back to per-task at one user: skipped",
+                group.cores()
+            );
+            continue;
         }
         assert_eq!(group.max_cids(), 1);
         assert_eq!(pinned(cpus[1], &mut last), (CidKind::Core(cpus[1]), 0), "CID 0 stolen from CPU {}", cpus[0]);
@@ -351,8 +355,9 @@ fn i1_i8_churn_membarrier_fallback() {
 #[test]
 fn i2_steady_state_range_both_modes() {
     for threads in [3, 9] {
+        let expected = if threads == 3 { Mode::PerTask } else { Mode::PerCpu };
         let group = sim(8);
-        let barrier = Arc::new(Barrier::new(threads));
+        let barrier = Arc::new(Gate::new(threads));
         let max_seen = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -363,6 +368,7 @@ fn i2_steady_state_range_both_modes() {
                     barrier.wait(); // membership complete
                     drop(reg.enter());
                     barrier.wait(); // everyone entered once since the last change
+                    assert_eq!(group.mode(), expected, "{threads} threads on 8 cores");
                     for _ in 0..50 {
                         let g = reg.enter();
                         if g.kind() != CidKind::Temporary {
@@ -376,10 +382,9 @@ fn i2_steady_state_range_both_modes() {
         for h in handles {
             h.join().unwrap();
         }
-        let expected_mode = if threads == 3 { Mode::PerTask } else { Mode::PerCpu };
         assert_eq!(group.mode(), Mode::PerTask, "all gone");
         let max = if threads == 3 { 3 } else { 8 };
-        assert!(max_seen.load(SeqCst) < max, "{expected_mode:?}: CID {} >= max_cids {max}", max_seen.load(SeqCst));
+        assert!(max_seen.load(SeqCst) < max, "{expected:?}: CID {} >= max_cids {max}", max_seen.load(SeqCst));
     }
 }
 
@@ -642,7 +647,7 @@ fn kernel_bpf_ci_fifth_thread_while_migrating() {
     let group = sim(4);
     let occ = Arc::new(Occupancy::new(64));
     let stop = Arc::new(AtomicBool::new(false));
-    let ready = Arc::new(Barrier::new(5));
+    let ready = Arc::new(Gate::new(5));
     let handles: Vec<_> = (0..4)
         .map(|t| {
             let (group, occ, stop, ready) = (group.clone(), occ.clone(), stop.clone(), ready.clone());
@@ -807,7 +812,7 @@ fn kernel_last_drop_releases_core_cids() {
 fn kernel_concurrent_registrations_during_switch() {
     for _ in 0..20 {
         let group = sim(4);
-        let barrier = Arc::new(Barrier::new(8));
+        let barrier = Arc::new(Gate::new(8));
         let handles: Vec<_> = (0..8)
             .map(|_| {
                 let (group, barrier) = (group.clone(), barrier.clone());

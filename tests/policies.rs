@@ -2,10 +2,12 @@
 //! one `AtomicUsize` per CID whose `fetch_add` at enter must return 0, under churn (threads yielding inside
 //! guards, more threads than cores, threads made and dropped in rounds).
 
+mod common;
+
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{Error, Group};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Threads per round: more than the cores of the CI machine, so guards are preempted and yield inside.
@@ -92,7 +94,7 @@ fn churn<P: Policy + 'static>(policy: Arc<P>) -> usize {
 /// Deterministic: the overlap is forced, not left to the scheduler. Returns the number of repeated CIDs.
 fn all_at_once<P: Policy + 'static>(policy: Arc<P>) -> usize {
     let checker = Arc::new(Checker::new(slots()));
-    let inside = Arc::new(Barrier::new(THREADS));
+    let inside = Arc::new(common::Gate::new(THREADS));
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
             let (policy, checker, inside) = (Arc::clone(&policy), Arc::clone(&checker), Arc::clone(&inside));

@@ -55,8 +55,13 @@ impl Phases {
             self.changed.notify_all();
             return;
         }
+        // A participant that never arrives (its prologue failed before the closure made its breaker) fails the
+        // test after 30 s instead of hanging it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while st.0 == generation && !st.2 {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "a participant never arrived (generation {generation})");
+            st = self.changed.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
         }
         assert!(!st.2, "another participant panicked");
     }
@@ -236,11 +241,15 @@ fn a_panic_propagates_through_join_and_releases_its_cid() {
     let rt = Runtime::new().unwrap();
     let group = rt.group().clone();
     let (go, wait) = mpsc::channel::<()>();
+    let (ready_tx, ready) = mpsc::channel::<()>();
     let bystander = rt.spawn(move |ctx| {
         drop(ctx.enter());
+        ready_tx.send(()).unwrap();
         wait.recv().unwrap();
         7
     });
+    // The bystander registers in its own thread: wait for it, or the counts below race its start.
+    ready.recv().unwrap();
     let doomed = rt.spawn(|ctx| {
         let cpu = ctx.cpu();
         let _guard = ctx.enter();

@@ -2,10 +2,13 @@
 //! memory (issue 5). Every test can fail: conservation and list tests count exactly, lifetime tests count drops,
 //! growth compares addresses, the memory test compares shards with `max_cids`.
 
+mod common;
+
+use common::Gate;
 use mmcid::{CidGuard, CpuSet, Error, Group, PerCid, Registration, ShardedCounter};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 /// Batches of threads per churn test; each batch crosses the mode boundary both ways.
@@ -27,14 +30,22 @@ fn churn_group() -> Group {
 fn churn<R: Send>(
     group: &Group,
     background: impl FnOnce(&AtomicBool) -> R + Send,
-    batch: impl Fn(usize, &Barrier) + Sync,
+    batch: impl Fn(usize, &Gate) + Sync,
 ) -> R {
     let stop = AtomicBool::new(false);
     let before = group.stats();
     let result = thread::scope(|s| {
         let bg = s.spawn(|| background(&stop));
+        // Stops the background thread however the batches end: a failed batch must fail the test, not hang it.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
         for _ in 0..ROUNDS {
-            let barrier = Barrier::new(BATCH);
+            let barrier = Gate::new(BATCH);
             thread::scope(|inner| {
                 let handles: Vec<_> = (0..BATCH)
                     .map(|t| {
@@ -87,7 +98,7 @@ fn counter_conservation_under_churn() {
         }
         net
     };
-    let batch = |t: usize, barrier: &Barrier| {
+    let batch = |t: usize, barrier: &Gate| {
         let mut reg = group.register();
         barrier.wait(); // the whole batch is registered: per-CPU mode
         let mut net = 0u64;
@@ -139,7 +150,7 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
         let group = Group::builder().restartable_sequences(rseq).build().unwrap();
         let counter = ShardedCounter::new(&group);
         let threads = 4 * group.cpus().len();
-        let start = Barrier::new(threads);
+        let start = Gate::new(threads);
         let nets: Vec<u64> = thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
@@ -233,7 +244,7 @@ fn per_cid_vec_loses_and_duplicates_nothing_under_churn() {
         }
         mine
     };
-    let batch = |t: usize, barrier: &Barrier| {
+    let batch = |t: usize, barrier: &Gate| {
         let tag = next_tag.fetch_add(1, Relaxed);
         let mut reg = group.register();
         barrier.wait();
@@ -447,7 +458,7 @@ fn shards_follow_cores_not_threads() {
     let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
     let group = Group::builder().cpus(CpuSet::from_cpus(cpus.clone()).unwrap()).build().unwrap();
     let counter = ShardedCounter::new(&group);
-    let (barrier, turn) = (Barrier::new(THREADS), Mutex::new(()));
+    let (barrier, turn) = (Gate::new(THREADS), Mutex::new(()));
     let max_cids = Mutex::new(Vec::new());
     thread::scope(|s| {
         for _ in 0..THREADS {
