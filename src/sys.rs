@@ -433,7 +433,6 @@ mod imp {
         affinity()
     }
     #[allow(dead_code)] // only the runtime pins, and loom builds leave it out
-    #[allow(dead_code)]
     pub(crate) fn pin_current(_cpu: usize) -> Result<(), i32> {
         Ok(())
     }

@@ -84,8 +84,12 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) type Before = ();
-    pub(crate) fn enter(_cid: u32) -> Before {}
+    /// Nothing to remember: loom builds keep no view.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Before;
+    pub(crate) fn enter(_cid: u32) -> Before {
+        Before
+    }
     pub(crate) fn exit(_cid: u32, _before: Before) {}
 }
 
