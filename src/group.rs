@@ -992,8 +992,8 @@ impl Group {
         }
     }
 
-    /// What a claim-lock holder does once an exit has deferred to it: flag, then (if the lock is free) lock,
-    /// unlock and drain.
+    /// An exit's deferral (the flag) and then what the claim lock's holder does about it (lock if free, unlock,
+    /// drain).
     pub fn loom_deferred_drain(&self) {
         let g = &*self.inner;
         g.claims_deferred.swap(1, Ordering::Release);

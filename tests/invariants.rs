@@ -252,7 +252,9 @@ fn i4_steal_from_an_idle_core_rseq_and_cas() {
         })
     };
     for rseq in [true, false] {
-        let group = Group::builder().restartable_sequences(rseq).build().unwrap();
+        // Over exactly two allowed CPUs (so three users are per-CPU mode on any machine).
+        let two = CpuSet::from_cpus(cpus.clone()).unwrap();
+        let group = Group::builder().cpus(two).restartable_sequences(rseq).build().unwrap();
         assert_eq!(group.uses_rseq(), rseq && rseq_expected());
         let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
         assert_eq!(group.mode(), Mode::PerCpu);
@@ -261,7 +263,7 @@ fn i4_steal_from_an_idle_core_rseq_and_cas() {
         let mut last = regs.pop().unwrap();
         drop(regs);
         if group.mode() != Mode::PerCpu {
-            // Only on at most 3 possible CPUs does one user stay below nobody's threshold (thrs = cores / 2 = 1).
+            // With 4 or more possible CPUs the threshold is 2 (min(opt - opt/4, cores/2)), so one user switches back.
             eprintln!(
                 "i4_steal_from_an_idle_core (rseq {rseq}): {} possible CPUs, back to per-task at one user: skipped",
                 group.cores()

@@ -67,8 +67,8 @@ mod harness {
         model_at_least(name, 0, f)
     }
 
-    /// [`model`] with a preemption bound of at least `bound`, for the one mutant twin whose failing execution
-    /// needs more preemptions than CI's default bound allows (docs/loom.md, model 6a).
+    /// [`model`] with a preemption bound of at least `bound`, for the mutant twins whose failing execution needs
+    /// more preemptions than CI's default bound allows (docs/loom.md: 6a's `NoAdoptRecheck`, 11f's `NoDeferRetry`).
     pub fn model_at_least<F>(name: &'static str, bound: usize, f: F)
     where
         F: Fn() + Sync + Send + 'static,

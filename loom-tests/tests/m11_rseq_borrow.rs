@@ -3,7 +3,9 @@
 //! (`exit_slow_core`: CLAIM, RSEQ membarrier, CAS) and the claim of a convergence steal. The adoption take-back of
 //! `exit_slow_task` is the same claim and has no model of its own. 11d and 11e check `ShardedCounter`'s
 //! whole-update sequence (design.md §9.2) against a guard holder and against the sweep; 11f two exits claiming
-//! at once, where the claim lock is only ever tried and an exit that finds it held defers to its holder.
+//! at once, where the claim lock is only ever tried and an exit that finds it held defers to its holder; 11g
+//! three exits (the holder's drain loop); 11h a drain between a switch's F1 and F2 against a borrow sequence
+//! (the drain's own RSEQ membarrier).
 //!
 //! The group models the sequence with one lock per core held across it, and the RSEQ membarrier as a SeqCst fence
 //! followed by taking and releasing every core's lock: once the barrier returns, each sequence either committed
@@ -220,8 +222,8 @@ fn exits_claim_at_once_mutant_no_defer_retry() {
 /// 11g: three exits that lost a switch claim at once (`Group::loom_hold_core` / `loom_exit_core`: the claim of
 /// `exit_slow_core`, nothing else), on three cores of a per-task group: one may defer while the holder drains
 /// another's deferral, and the holder must drain until no deferral is left.
-fn three_exits(name: &'static str, mutant: Mutant, bound: usize) {
-    mmcid_loom_tests::model_at_least(name, bound, move || {
+fn three_exits(name: &'static str, mutant: Mutant) {
+    model(name, move || {
         let group = Group::builder().virtual_cpus(3).restartable_sequences(true).mutant(mutant).build().unwrap();
         let r0 = Reg::new(&group, 0);
         for cpu in 0..3 {
@@ -244,14 +246,14 @@ fn three_exits(name: &'static str, mutant: Mutant, bound: usize) {
 
 #[test]
 fn three_exits_claim_at_once() {
-    three_exits("three_exits_claim_at_once", Mutant::None, 0);
+    three_exits("three_exits_claim_at_once", Mutant::None);
 }
 
 /// The holder drains once: a third exit that flagged its slot during that drain is left behind.
 #[test]
 #[should_panic(expected = "a core owns a CID in per-task mode")]
 fn three_exits_claim_at_once_mutant_no_drain_loop() {
-    three_exits("three_exits_claim_at_once_mutant_no_drain_loop", Mutant::NoDrainLoop, 0);
+    three_exits("three_exits_claim_at_once_mutant_no_drain_loop", Mutant::NoDrainLoop);
 }
 
 /// 11h: model 4a's scenario (a borrow sequence on core 0 against the CPU → task switch) with a third thread that
