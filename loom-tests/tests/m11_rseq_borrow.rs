@@ -24,6 +24,12 @@ fn small(mutant: Mutant) -> Group {
     Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).restartable_sequences(true).mutant(mutant).build().unwrap()
 }
 
+/// Six virtual cores of which four are allowed: six users switch to per-CPU mode (max_cids 5), thrs 3, so a drop
+/// from three users to two switches back with two registrations still there.
+fn six(mutant: Mutant) -> Group {
+    Group::builder().virtual_cpus(6).cpus_virtual(0..4).restartable_sequences(true).mutant(mutant).build().unwrap()
+}
+
 /// Model 4's first scenario (`mmcid_loom_tests::borrower_vs_sweep`) with sequence borrows: T1's borrow is a
 /// sequence racing the CPU → task switch's F2 and sweep.
 fn sequence_vs_sweep(name: &'static str, mutant: Mutant) {
@@ -48,16 +54,10 @@ fn sequence_vs_cpu_to_task_sweep_mutant_plain_barrier() {
 /// idle slot back (`exit_slow_core`); meanwhile T2, on core 0 too, enters: its sequence may have read the old
 /// mode and T1's idle word before the claim. Six virtual cores of which four are allowed: six users switch to
 /// per-CPU mode (max_cids 5), thrs 3, so the drop from three users to two switches back with T1 and T2 still
-/// registered.
+/// registered (`six`).
 fn claim_vs_sequence(name: &'static str, mutant: Mutant) {
     model(name, move || {
-        let group = Group::builder()
-            .virtual_cpus(6)
-            .cpus_virtual(0..4)
-            .restartable_sequences(true)
-            .mutant(mutant)
-            .build()
-            .unwrap();
+        let group = six(mutant);
         let cids = Cids::new(6 + 6);
         let mut r1 = Reg::new(&group, 0);
         let r2 = Reg::new(&group, 0);
@@ -159,41 +159,33 @@ fn exits_claim_at_once(name: &'static str, mutant: Mutant) {
 }
 
 fn exits_claim_at_once_body(mutant: Mutant) {
-    {
-        let group = Group::builder()
-            .virtual_cpus(6)
-            .cpus_virtual(0..4)
-            .restartable_sequences(true)
-            .mutant(mutant)
-            .build()
-            .unwrap();
-        let cids = Cids::new(6 + 6);
-        let mut r1 = Reg::new(&group, 0);
-        let mut r2 = Reg::new(&group, 1);
-        let mut extra: Vec<_> = (0..4).map(|_| Reg::new(&group, 2)).collect();
-        assert_eq!(group.mode(), Mode::PerCpu);
-        extra.truncate(1); // three users: still per-CPU (3 is not < thrs 3)
-        let last = extra.pop().unwrap();
+    let group = six(mutant);
+    let cids = Cids::new(6 + 6);
+    let mut r1 = Reg::new(&group, 0);
+    let mut r2 = Reg::new(&group, 1);
+    let mut extra: Vec<_> = (0..4).map(|_| Reg::new(&group, 2)).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    extra.truncate(1); // three users: still per-CPU (3 is not < thrs 3)
+    let last = extra.pop().unwrap();
 
-        let g1 = r1.enter();
-        assert_eq!(g1.kind(), CidKind::Core(0));
-        cids.touch(g1.cid().get());
-        let t1 = {
-            let cids = cids.clone();
-            thread::spawn(move || {
-                let g2 = r2.enter();
-                cids.touch(g2.cid().get());
-                drop(last); // two users < thrs 3: CPU → task switch while both guards are live
-                drop(g2);
-                r2
-            })
-        };
-        drop(g1);
+    let g1 = r1.enter();
+    assert_eq!(g1.kind(), CidKind::Core(0));
+    cids.touch(g1.cid().get());
+    let t1 = {
+        let cids = cids.clone();
+        thread::spawn(move || {
+            let g2 = r2.enter();
+            cids.touch(g2.cid().get());
+            drop(last); // two users < thrs 3: CPU → task switch while both guards are live
+            drop(g2);
+            r2
+        })
+    };
+    drop(g1);
 
-        let r2 = t1.join().unwrap();
-        assert_eq!(group.mode(), Mode::PerTask);
-        finish(&group, &cids, vec![r1, r2]);
-    }
+    let r2 = t1.join().unwrap();
+    assert_eq!(group.mode(), Mode::PerTask);
+    finish(&group, &cids, vec![r1, r2]);
 }
 
 #[test]
