@@ -456,7 +456,12 @@ fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
 
 /// Threads per second of every run, `[setup][policy][repeat]`.
 fn throughputs(results: &[Vec<Vec<Outcome>>]) -> Vec<Vec<Vec<f64>>> {
-    results.iter().map(|row| row.iter().map(|runs| runs.iter().map(|o| o.threads_per_s).collect()).collect()).collect()
+    per_run(results, |o| o.threads_per_s)
+}
+
+/// One number of every run, `[setup][policy][repeat]`.
+fn per_run(results: &[Vec<Vec<Outcome>>], f: impl Fn(&Outcome) -> f64) -> Vec<Vec<Vec<f64>>> {
+    results.iter().map(|row| row.iter().map(|runs| runs.iter().map(&f).collect()).collect()).collect()
 }
 
 /// mmcid's mode switches (to per-CPU, to per-task) over all its runs.
@@ -473,7 +478,7 @@ fn switches_per_run(runs: &[Outcome]) -> (f64, f64) {
 
 /// Mean spawn latency of every run in ns, `[setup][policy][repeat]`.
 fn spawn_latencies(results: &[Vec<Vec<Outcome>>]) -> Vec<Vec<Vec<f64>>> {
-    results.iter().map(|row| row.iter().map(|runs| runs.iter().map(|o| o.mean_spawn_ns).collect()).collect()).collect()
+    per_run(results, |o| o.mean_spawn_ns)
 }
 
 /// The goal: mmcid's paired cost at most this many percent of `none`'s threads/s, in every configuration.

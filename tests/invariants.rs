@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Gate, Occupancy, Payload};
+use common::{Gate, Occupancy, Payload, StopOnDrop};
 use mmcid::{CidKind, CpuSet, Error, Group, Mode};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
@@ -141,13 +141,7 @@ fn churn_with(
     gate.wait(); // D
     {
         // Stops the churner even if a worker's failure unwinds through here.
-        struct StopOnDrop(Arc<AtomicBool>);
-        impl Drop for StopOnDrop {
-            fn drop(&mut self) {
-                self.0.store(true, SeqCst);
-            }
-        }
-        let _stop = StopOnDrop(stop.clone());
+        let _stop = StopOnDrop(&stop);
         for h in handles {
             h.join().unwrap();
         }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Gate;
+use common::{Gate, StopOnDrop};
 use mmcid::{CidGuard, CpuSet, Error, Group, PerCid, Registration, ShardedCounter};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -37,12 +37,6 @@ fn churn<R: Send>(
     let result = thread::scope(|s| {
         let bg = s.spawn(|| background(&stop));
         // Stops the background thread however the batches end: a failed batch must fail the test, not hang it.
-        struct StopOnDrop<'a>(&'a AtomicBool);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Relaxed);
-            }
-        }
         let _stop = StopOnDrop(&stop);
         for _ in 0..ROUNDS {
             let barrier = Gate::new(BATCH);

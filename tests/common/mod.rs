@@ -77,6 +77,16 @@ impl Payload {
     }
 }
 
+/// Sets its flag when dropped, however the scope ends: a thread that loops until the flag is set stops even when
+/// an assertion elsewhere fails, so the test fails instead of hanging.
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
 /// A reusable barrier for `parties` threads whose `wait` panics after 30 s instead of hanging the test run when
 /// a party is gone (e.g. it failed an assertion).
 pub struct Gate {
