@@ -20,11 +20,14 @@
 use mmcid::{CpuSet, Group, Mode, Registration, ShardedCounter};
 use std::hint::black_box;
 
+const USAGE: &str =
+    "usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|per-cpu-unpinned|temporary|group-enter|\
+counter-add|counter-add-with> <iterations>
+
+Runs <iterations> enter+exit pairs (or counter adds) of one mode; scripts/callgrind.sh counts their instructions.";
+
 fn usage() -> ! {
-    eprintln!(
-        "usage: enter_exit_loop <per-task|per-task-fallback|per-cpu|per-cpu-unpinned|temporary|group-enter|counter-add|counter-add-with> \
-         <iterations>"
-    );
+    eprintln!("{USAGE}");
     std::process::exit(2);
 }
 
@@ -69,6 +72,10 @@ fn adds_with(counter: &ShardedCounter, reg: &mut Registration, n: u64) -> u64 {
 fn main() -> Result<(), mmcid::Error> {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| usage());
+    if mode == "-h" || mode == "--help" {
+        println!("{USAGE}");
+        return Ok(());
+    }
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage());
 
     let (group, acc, idle) = match mode.as_str() {

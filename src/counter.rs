@@ -199,6 +199,9 @@ impl ShardedCounter {
     /// Cost: one load per 64 CIDs of the visited bitmask plus one per allocated shard — never one per possible
     /// CPU.
     pub fn sum(&self) -> u64 {
+        // Relaxed: each shard's writers store it in one modification order (one writer at a time, I1 + I8), so
+        // a Relaxed load returns a value of that order, which is all the promise above needs; the iterator's
+        // Acquire loads of the visited mask and the shard pointers make each shard's memory valid to read.
         self.shards.iter().fold(0, |sum, shard| sum.wrapping_add(shard.load(Relaxed)))
     }
 

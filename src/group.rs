@@ -234,6 +234,7 @@ impl Group {
             }
         };
         life.users += 1;
+        // Relaxed: stored under the lock; readers take a snapshot (`temp_bound`, `Group::users`).
         inner.users.store(life.users, Ordering::Relaxed);
         let flip = inner.update_limits(&mut life);
         inner.apply(&mut life, flip);
@@ -252,6 +253,7 @@ impl Group {
 
     /// Number of registered threads.
     pub fn users(&self) -> usize {
+        // Relaxed: a snapshot of a value stored under the lifecycle lock.
         self.inner.users.load(Ordering::Relaxed)
     }
 
@@ -262,6 +264,7 @@ impl Group {
 
     /// Who owns CIDs now.
     pub fn mode(&self) -> crate::Mode {
+        // Acquire: pairs with F1/F4, as in enter: a caller that sees the final mode sees the switch's effects.
         crate::Mode::from_word(self.inner.hot.mode.load(Ordering::Acquire))
     }
 
@@ -610,6 +613,7 @@ impl Inner {
     pub(crate) fn light_barrier_rest(&self) -> bool {
         let full = !self.hot.asym;
         if full {
+            // E2 / X2 without membarrier: pairs with F2's SeqCst fence (Dekker pairs D-enter, D-exit, D-core, §5.1).
             fence(Ordering::SeqCst);
         }
         full
@@ -696,6 +700,8 @@ impl Inner {
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || slot.load(Ordering::Acquire) != expect {
             return false;
         }
+        // Relaxed: the commit publishes nothing (the borrower's X1 does at exit), and the RMW only fixes its place
+        // in modification order (above).
         slot.swap(new, Ordering::Relaxed);
         true
     }
@@ -734,6 +740,8 @@ impl Inner {
         if !locked {
             return false; // a stealer gives up; an exit deferred its slot to the holder
         }
+        // AcqRel, both CASes: they take the CID with its last borrower's writes (pairs with X1's Release store);
+        // the claim lock (Acquire/Release) orders them against other claimers.
         let taken = slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Acquire).is_ok() && {
             if !self.mutant(MUTANT_NO_CLAIM_BARRIER) {
                 self.rseq_barrier();
@@ -806,7 +814,9 @@ impl Inner {
         }
         let mut claimed = false;
         for slot in self.slots.iter() {
-            let s = slot.load(Ordering::Relaxed); // a hint the CAS validates
+            // Relaxed: a hint the CAS validates. AcqRel CAS: as `take_idle`'s claim (pairs with X1); failure
+            // Relaxed: nothing is read from a slot we did not claim.
+            let s = slot.load(Ordering::Relaxed);
             if slot::idle_cid(s).is_some()
                 && slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Relaxed).is_ok()
             {
@@ -822,7 +832,8 @@ impl Inner {
         }
         for slot in self.slots.iter() {
             // Every CLAIM word is ours (we hold the lock); our own claim is the latest we can read, or a sequence's
-            // BUSY that committed over it (then its borrower keeps the CID, and the CAS fails).
+            // BUSY that committed over it (then its borrower keeps the CID, and the CAS fails). Relaxed load and
+            // failure: hints; the AcqRel CAS takes the CID with the writes its claim acquired.
             let s = slot.load(Ordering::Relaxed);
             if s & CLAIM != 0 && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.bitmap.clear(s & VALUE);
@@ -855,6 +866,7 @@ impl Inner {
     fn update_limits(&self, life: &mut Life) -> Flip {
         let opt = self.opt(life);
         let max = (opt + opt / 4).min(self.cores);
+        // Relaxed: lock held; a reader's stale value only changes whether it converges (dossier O4).
         self.hot.max_cids.store(max as u32, Ordering::Relaxed);
         // Relaxed: the caller holds the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
@@ -896,6 +908,8 @@ impl Inner {
             if w == UNSET && !self.mutant(MUTANT_FIXUP_TAKES_UNSET) {
                 continue; // kernel de3ab9bd3133: never treat UNSET as a CID
             }
+            // AcqRel: against the owner's CAS at exit or enter, exactly one side takes `w` (I5), and the taker
+            // sees the owner's last writes (its X1 was Release, I8).
             if rec.cid.compare_exchange(w, UNSET, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 self.bitmap.clear(w);
                 life.counters.bump(Ev::FixupTake);
@@ -958,6 +972,7 @@ impl Inner {
         }
         life.counters.absorb(&rec.counters);
         life.users -= 1;
+        // Relaxed: stored under the lock; readers take a snapshot (`temp_bound`, `Group::users`).
         self.users.store(life.users, Ordering::Relaxed);
         let flip = self.update_limits(&mut life);
         self.apply(&mut life, flip);
@@ -978,6 +993,7 @@ impl Group {
     pub fn loom_hold_core(&self, cpu: usize) {
         let g = &*self.inner;
         let c = g.bitmap.get();
+        // Release: as the slow path's install of a held core CID (set-up, before the model's threads start).
         g.slots[cpu].store(slot::busy(c), Ordering::Release);
     }
 
@@ -985,8 +1001,9 @@ impl Group {
     /// defer to the lock's holder; a CID taken is freed.
     pub fn loom_exit_core(&self, cpu: usize) {
         let g = &*self.inner;
+        // Relaxed: the holder reads its own BUSY word (only it writes a BUSY slot). Release: X1, as the real exit.
         let c = g.slots[cpu].load(Ordering::Relaxed) & VALUE;
-        g.slots[cpu].store(slot::owned(c), Ordering::Release); // X1
+        g.slots[cpu].store(slot::owned(c), Ordering::Release);
         if g.take_idle(cpu, slot::owned(c), true, &Counters::default()) {
             g.bitmap.clear(c);
         }
@@ -996,6 +1013,7 @@ impl Group {
     /// drain).
     pub fn loom_deferred_drain(&self) {
         let g = &*self.inner;
+        // Release swap and SeqCst fence: exactly `defer_claim`'s (their pairings are documented there).
         g.claims_deferred.swap(1, Ordering::Release);
         fence(Ordering::SeqCst);
         if g.try_claim_lock() {

@@ -297,6 +297,7 @@ impl<T> PerCid<T> {
 
     /// Number of shards allocated so far (each at most once per CID; shards are kept until the `PerCid` drops).
     pub fn shards_allocated(&self) -> usize {
+        // Relaxed: a statistic; it orders no shard access (the shards are reached through their own slots).
         self.allocated.load(Relaxed)
     }
 
@@ -332,6 +333,7 @@ impl<T> PerCid<T> {
         let seg = segment(&self.shards[s], seg_len(s), || AtomicPtr::new(ptr::null_mut()), relaxed_segments);
         // SAFETY: `off < seg_len(s)`; the segment lives until `Drop`.
         let slot = unsafe { &*seg.as_ptr().add(off) };
+        // Relaxed: as in `shard` (only holders of `cid` store it, in I8 order).
         if let Some(shard) = NonNull::new(slot.load(Relaxed)) {
             return shard; // unreachable while I8 holds (the hot path saw it null); harmless
         }
@@ -344,6 +346,7 @@ impl<T> PerCid<T> {
         let word = unsafe { &*words.as_ptr().add(off / 64) };
         // Release: a scanner that sees the bit (Acquire) also sees the slot store above.
         word.fetch_or(1 << (off % 64), if self.mutant(MUTANT_RELAXED_VISITED_BIT) { Relaxed } else { Release });
+        // Relaxed: a statistic (`shards_allocated`); `Drop` reads it with `&mut self`.
         self.allocated.fetch_add(1, Relaxed);
         shard
     }
@@ -354,6 +357,7 @@ impl<T> Drop for PerCid<T> {
     /// and frees the segments, then drops the shards as one `Vec`: a `T::drop` that panics cannot leak the other
     /// shards or the segments (the slice drop goes on with the remaining elements).
     fn drop(&mut self) {
+        // Relaxed: `&mut self` orders every other access before us (here and in the loads below).
         let mut shards: Vec<Box<CachePadded<T>>> = Vec::with_capacity(self.allocated.load(Relaxed));
         // SAFETY: each visited shard came from `Box::leak` in `install`, is yielded once, and no reference to it
         // survives `&mut self`; a shard's visited bit is set in `install` right after it is stored, and every
@@ -583,7 +587,7 @@ impl<T: Send + Sync> SharedPerCid<T> {
 
     /// Every allocated shard, concurrently with guards using theirs.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
-        // SAFETY: as in `get_unchecked`: shared references only, `T: Sync`, shards live as long as `self`.
+        // SAFETY: as in `get_cid`: shared references only, `T: Sync`, shards live as long as `self`.
         RawIter::new(&self.0).map(|(_, shard)| unsafe { &**shard.as_ptr() })
     }
 

@@ -514,9 +514,10 @@ impl LazyCids {
             if s == EMPTY {
                 self.mark_visited(cpu);
                 let cid = self.bits.alloc() as u32;
-                // AcqRel: Acquire pairs with the scan's Release take of the slot, Release hands the fresh CID's
-                // history (acquired from the bitmap) to the slot's next borrower (I8).
-                return match slot.compare_exchange(EMPTY, VALID | BUSY | RECENT | cid, AcqRel, Relaxed) {
+                // Release: hands the fresh CID's history (acquired from the bitmap) to the slot's next taker (I8).
+                // Nothing to acquire: an EMPTY slot holds no CID (the scan's take freed its CID to the bitmap,
+                // whose Release clear and our Acquire allocation carry that history).
+                return match slot.compare_exchange(EMPTY, VALID | BUSY | RECENT | cid, Release, Relaxed) {
                     Ok(_) => Held::Slot { cpu, cid },
                     // Another thread on this core installed a CID meanwhile: ours serves as a temporary.
                     Err(_) => Held::Temp(cid),

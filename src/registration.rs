@@ -354,6 +354,7 @@ impl Registration {
                 return Held::Task(w); // nothing free below max yet: keep it, converge at a later enter
             };
             c.bump(Ev::BitmapSet);
+            // AcqRel: ownership moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5.
             if self.rec.cid.compare_exchange(w, n, AcqRel, Acquire).is_ok() {
                 g.bitmap.clear(w);
                 c.bump(Ev::BitmapClear);
@@ -371,6 +372,7 @@ impl Registration {
 
     /// Installs freshly allocated `n` into an UNSET word; only the owner ever stores a CID into its word.
     fn install(&mut self, n: u32) -> Held {
+        // AcqRel: ownership moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5.
         match self.rec.cid.compare_exchange(UNSET, n, AcqRel, Acquire) {
             Ok(_) => Held::Task(n),
             Err(_) => Held::Temp(n), // unreachable by design.md §2.2; stay exclusive anyway
@@ -386,6 +388,7 @@ impl Registration {
         let mut spare = None;
         // Relaxed: a hint the CAS validates.
         let w = self.rec.cid.load(Relaxed);
+        // AcqRel: ownership moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5.
         if w != UNSET && self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_ok() {
             spare = Some(w);
         }
@@ -476,6 +479,7 @@ impl Registration {
             return None;
         }
         let cpu = self.cpu_index();
+        // Relaxed: a hint; the sequence compares the slot again and acquires through it (I8).
         let s = g.slots[cpu].load(Relaxed);
         let c = if g.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) {
             Some(s & VALUE).filter(|_| s & ONCPU != 0)
@@ -594,6 +598,7 @@ impl Registration {
         }
         let g = &*self.group.inner;
         let c = &self.rec.counters;
+        // AcqRel: against the walk's CAS on our word, exactly one of us takes `w` (I5).
         if self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_err() {
             return; // the fixup saw us idle and took it
         }
@@ -608,7 +613,7 @@ impl Registration {
                 }
                 // A CPU → task switch may have swept past this slot before our store: take it back.
                 if !g.take_idle(cpu, slot::owned(w), true, c) {
-                    return; // someone else took it: theirs now
+                    return; // someone else took it (theirs now), or we deferred it to the claim holder's drain
                 }
             }
         }
@@ -624,17 +629,19 @@ impl Registration {
         let g = &*self.group.inner;
         let c = &self.rec.counters;
         if !g.take_idle(cpu, slot::owned(cid), true, c) {
-            return; // a fixup or another borrower moved it on
+            return; // a fixup or another borrower moved it on, or we deferred it to the claim holder's drain
         }
         if m == PER_TASK
             && (cid as usize) < g.max_cids()
+            // AcqRel: against a later walk's CAS on our word, exactly one of us holds `cid` (I5).
             && self.rec.cid.compare_exchange(UNSET, cid, AcqRel, Acquire).is_ok()
         {
             if self.adopted_for(0) {
                 c.bump(Ev::Adopt);
                 return;
             }
-            // A task → CPU switch may have walked past our word before our store: take it back.
+            // A task → CPU switch may have walked past our word before our store: take it back (AcqRel: against
+            // the walk's CAS, exactly one of us takes it).
             if self.rec.cid.compare_exchange(cid, UNSET, AcqRel, Acquire).is_err() {
                 return; // the fixup took it
             }

@@ -1,4 +1,6 @@
-//! The model facade: the only module that names std, parking_lot or loom primitives.
+//! The model facade: the only module that chooses between std/parking_lot and loom primitives for the code loom
+//! checks (code outside the models, such as the runtime and the thread-local layer, names std and parking_lot
+//! directly).
 //!
 //! Under `--cfg loom` every atomic, fence, `Arc`, `Mutex` and spin hint used by the allocator comes from loom, so
 //! the loom models in `loom-tests/` check the library's real code, not a copy (STYLE.md §2.1).

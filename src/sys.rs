@@ -192,13 +192,14 @@ mod imp {
         #[inline(always)]
         fn thread_pointer() -> *const u8 {
             let tp: *const u8;
-            // SAFETY: reading the thread pointer has no side effects. x86_64: fs:0 holds the TCB's self pointer,
-            // which is the thread pointer; aarch64: tpidr_el0 is the thread pointer.
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: reading the thread pointer has no side effects; fs:0 holds the TCB's self pointer, which is
+            // the thread pointer.
             unsafe {
                 std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
             };
             #[cfg(target_arch = "aarch64")]
+            // SAFETY: reading the thread pointer has no side effects; tpidr_el0 is the thread pointer.
             unsafe {
                 std::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nostack, nomem, preserves_flags))
             };
