@@ -814,8 +814,10 @@ impl Inner {
         }
         let mut claimed = false;
         for slot in self.slots.iter() {
-            // Relaxed: a hint the CAS validates. AcqRel CAS: as `take_idle`'s claim (pairs with X1); failure
-            // Relaxed: nothing is read from a slot we did not claim.
+            // Relaxed, and still sees each deferring exit's X1 (or later): X1 → the exit's Release swap of the
+            // flag → our Acquire swap (`claim_unlock`) → this load. So a deferred slot is never skipped as stale;
+            // other values are hints the CAS validates. AcqRel CAS: as `take_idle`'s claim (pairs with X1);
+            // failure Relaxed: nothing is read from a slot we did not claim.
             let s = slot.load(Ordering::Relaxed);
             if slot::idle_cid(s).is_some()
                 && slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Relaxed).is_ok()
