@@ -77,10 +77,12 @@ A run starts 2 × fds × groups threads: at most 8192 (the largest group count o
 
 Every message sent and every message received happens inside a guard of the policy, which updates the
 per-CID shard of the guard's CID (mmcid: mmcid::PerCid; others: a cache-padded array indexed by the CID).
-A single run prints `Time: <s>.<ms>` like hackbench, the CPU time and the messages per second.
+A single run prints `Time: <s>.<ms>` like hackbench, the CPU time, the messages per second and the context
+switches (getrusage: voluntary = a thread blocked, involuntary = preempted).
 
 --compare runs every policy once per repeat, back to back (the order rotating every repeat), and prints:
   - the median wall and CPU time per policy with the difference versus `none` (positive = slower);
+  - the median context switches per run and policy (run time follows them closely: they are most of the noise);
   - the paired cost: per repeat r, d = t(P, r) / t(none, r) - 1 (runs of a repeat are adjacent in time, so the
     machine's slow drift cancels), as the median of the d with a distribution-free confidence interval for
     it: [k-th smallest d, k-th largest d], k the largest whose coverage 1 - 2 P(Bin(n, 1/2) <= k-1) is >= 90%
@@ -398,9 +400,9 @@ impl Start {
         s.1
     }
 
-    /// Waits until `n` workers are ready, then lets them go; returns the start instant and process CPU time, or
-    /// None as soon as a worker failed (the others then return without running).
-    fn wait_ready_then_go(&self, n: usize) -> Option<(Instant, f64)> {
+    /// Waits until `n` workers are ready, then lets them go; returns the start instant and the process's resource
+    /// usage so far, or None as soon as a worker failed (the others then return without running).
+    fn wait_ready_then_go(&self, n: usize) -> Option<(Instant, Usage)> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while s.0 < n && !s.2 {
             s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -408,11 +410,11 @@ impl Start {
         if s.2 {
             return None;
         }
-        let cpu = process_cpu_s();
+        let usage = Usage::now();
         let start = Instant::now();
         s.1 = true;
         self.go.notify_all();
-        Some((start, cpu))
+        Some((start, usage))
     }
 
     fn abort(&self) {
@@ -430,20 +432,47 @@ struct Run<'a> {
     cpus: &'a [usize],
 }
 
-/// User + system CPU seconds of the whole process so far (ended threads included).
-fn process_cpu_s() -> f64 {
-    // SAFETY: rusage is plain old data; all-zero is a valid value for getrusage to overwrite.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid, writable rusage for the duration of the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+/// The whole process's resource usage (ended threads included, `getrusage(RUSAGE_SELF)`), or the difference of two
+/// snapshots: CPU seconds (user + system) and context switches. Voluntary switches are a thread blocking (here
+/// mostly `read`/`write` on an empty or full channel); involuntary ones are preemptions, the scheduling noise that
+/// any per-message work changes (docs/benchmarks.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Usage {
+    cpu_s: f64,
+    voluntary: u64,
+    involuntary: u64,
 }
 
-/// Wall time from go to the last join, and the process CPU time over the same span.
-fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64), String> {
+impl Usage {
+    /// Now; all zero if `getrusage` fails (it cannot for `RUSAGE_SELF` with a valid pointer).
+    fn now() -> Usage {
+        // SAFETY: rusage is plain old data; all-zero is a valid value for getrusage to overwrite.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage for the duration of the call.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+            return Usage::default();
+        }
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        let count = |c: libc::c_long| u64::try_from(c).unwrap_or(0);
+        Usage {
+            cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
+            voluntary: count(ru.ru_nvcsw),
+            involuntary: count(ru.ru_nivcsw),
+        }
+    }
+
+    /// What was used between `earlier` and `self` (saturating: the counters only grow).
+    fn since(self, earlier: Usage) -> Usage {
+        Usage {
+            cpu_s: (self.cpu_s - earlier.cpu_s).max(0.0),
+            voluntary: self.voluntary.saturating_sub(earlier.voluntary),
+            involuntary: self.involuntary.saturating_sub(earlier.involuntary),
+        }
+    }
+}
+
+/// Wall time from go to the last join, and the process's usage (CPU time, context switches) over the same span.
+fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usage), String> {
     let cfg = run.cfg;
     let (groups, fds, loops, size) = (run.groups, cfg.fds, cfg.loops, cfg.size);
     let tasks = 2 * fds * groups; // at most MAX_THREADS (parse_args)
@@ -548,11 +577,11 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
     if let Some(why) = start.first_failure.get() {
         return Err(why.clone());
     }
-    let Some((t0, cpu0)) = began else {
+    let Some((t0, usage0)) = began else {
         return Err(first_error.unwrap_or_else(|| "a worker failed before go".into()));
     };
     let elapsed = t0.elapsed();
-    let cpu = process_cpu_s() - cpu0;
+    let usage = Usage::now().since(usage0);
     if let Some(e) = first_error {
         return Err(e);
     }
@@ -564,11 +593,11 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, f64
     if policy.cids_in_use() > cores {
         return Err(format!("{}: {} CIDs still in use after the run", policy.name(), policy.cids_in_use()));
     }
-    Ok((elapsed, cpu))
+    Ok((elapsed, usage))
 }
 
 /// One run of policy `policy`; for mmcid also the group's path counters after the run.
-fn run_one(policy: usize, run: &Run) -> Result<((Duration, f64), Option<mmcid::Stats>), String> {
+fn run_one(policy: usize, run: &Run) -> Result<((Duration, Usage), Option<mmcid::Stats>), String> {
     let capacity = 2 * run.cfg.fds * run.groups;
     let t = match POLICIES[policy] {
         "none" => run_policy(NoCid::new(), run),
@@ -656,13 +685,18 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
         POLICIES[policy],
         if cfg.pin { ", pinned" } else { "" }
     );
-    let ((t, cpu), stats) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| fail(e));
+    let ((t, usage), stats) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| fail(e));
+    let cpu = usage.cpu_s;
     // Messages passed (each sent once and received once); the run itself already checked the count fits.
     let passed = run_totals(g, cfg.fds, cfg.loops, cfg.size).map_or(0, |(m, _)| m / 2);
     let rate = passed as f64 / t.as_secs_f64().max(1e-9);
     println!("Time: {}.{:03}", t.as_secs(), t.subsec_millis());
     println!("CPU: {cpu:.3} s (user + system, go to last join)");
     println!("Messages: {passed} passed, {rate:.0} msgs/s");
+    println!(
+        "Context switches: {} voluntary, {} involuntary (whole process, go to last join)",
+        usage.voluntary, usage.involuntary
+    );
     if let Some(st) = stats {
         println!(
             "mmcid enters: {} per-task fast, {} per-CPU fast, {} temporary, {} converge, {} alloc; \
@@ -680,7 +714,8 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
     if let Some(file) = json {
         let body = format!(
             "{{\"benchmark\":\"hackbench\",\"mode\":\"threads\",\"channel\":{},\"groups\":{g},\"fds\":{},\
-             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{},\"cpu_s\":{},\"messages\":{passed},\"msgs_per_s\":{}}}\n",
+             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{},\"cpu_s\":{},\"messages\":{passed},\"msgs_per_s\":{},\
+             \"voluntary_switches\":{},\"involuntary_switches\":{}}}\n",
             json_str(channel),
             cfg.fds,
             cfg.loops,
@@ -690,17 +725,36 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
             json_str(POLICIES[policy]),
             json_num(t.as_secs_f64(), 6),
             json_num(cpu, 6),
-            json_num(rate, 0)
+            json_num(rate, 0),
+            usage.voluntary,
+            usage.involuntary
         );
         file.write(&body).unwrap_or_else(|e| fail(e));
     }
 }
 
-/// The --compare runs, in seconds: `wall[cell][policy][repeat]` and `cpu[..]`. Every policy runs once per repeat
-/// (the order rotating), so index `repeat` pairs the policies' runs made back to back.
+/// The --compare runs: `wall[cell][policy][repeat]` and `cpu[..]` in seconds, `voluntary[..]` and
+/// `involuntary[..]` in context switches. Every policy runs once per repeat (the order rotating), so index `repeat`
+/// pairs the policies' runs made back to back.
 struct Samples {
     wall: Vec<Vec<Vec<f64>>>,
     cpu: Vec<Vec<Vec<f64>>>,
+    voluntary: Vec<Vec<Vec<f64>>>,
+    involuntary: Vec<Vec<Vec<f64>>>,
+}
+
+impl Samples {
+    fn new(cells: usize, policies: usize) -> Samples {
+        let empty = vec![vec![Vec::new(); policies]; cells];
+        Samples { wall: empty.clone(), cpu: empty.clone(), voluntary: empty.clone(), involuntary: empty }
+    }
+
+    fn push(&mut self, cell: usize, policy: usize, t: Duration, usage: Usage) {
+        self.wall[cell][policy].push(t.as_secs_f64());
+        self.cpu[cell][policy].push(usage.cpu_s);
+        self.voluntary[cell][policy].push(usage.voluntary as f64);
+        self.involuntary[cell][policy].push(usage.involuntary as f64);
+    }
 }
 
 /// Every policy, every group count, interleaved repeats, after one uncounted warm-up run.
@@ -720,8 +774,7 @@ fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
     );
     // Warm-up (thread stacks, sockets, page faults), not counted.
     run_one(0, &Run { groups: cfg.groups[0], cfg, cpus }).unwrap_or_else(|e| fail(e));
-    let mut samples =
-        Samples { wall: vec![vec![Vec::new(); n]; cfg.groups.len()], cpu: vec![vec![Vec::new(); n]; cfg.groups.len()] };
+    let mut samples = Samples::new(cfg.groups.len(), n);
     let began = Instant::now();
     let mut done = 0;
     for (gi, &g) in cfg.groups.iter().enumerate() {
@@ -737,12 +790,11 @@ fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
                     POLICIES[policy],
                     began.elapsed().as_secs_f64()
                 );
-                let ((t, cpu), _) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| {
+                let ((t, usage), _) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| {
                     eprintln!(); // end the progress line
                     fail(format!("groups {g}, policy {}: {e}", POLICIES[policy]))
                 });
-                samples.wall[gi][p].push(t.as_secs_f64());
-                samples.cpu[gi][p].push(cpu);
+                samples.push(gi, p, t, usage);
             }
         }
     }
@@ -781,6 +833,12 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     let table = |title, s: &Summary| print_median_table(title, "groups", &labels, &names, &s.medians, 3);
     table("wall time, median seconds, % versus none (positive = slower); lower is better", wall);
     table("process CPU time (user + system), median seconds, % versus none", cpu);
+    let switches = |title, runs: &[Vec<Vec<f64>>]| {
+        let medians: Vec<Vec<f64>> = runs.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
+        print_median_table(title, "groups", &labels, &names, &medians, 0);
+    };
+    switches("context switches per run, voluntary (blocking), median, % versus none", &samples.voluntary);
+    switches("context switches per run, involuntary (preemption), median, % versus none", &samples.involuntary);
     let paired = |title, s: &Summary| print_paired_table(title, "groups", &labels, &names, &s.paired);
     paired(
         "paired wall time, % (positive = slower): median over repeats of t(P)/t(none) - 1 in the same repeat [CI]",
@@ -812,14 +870,17 @@ fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> 
         for (p, name) in common::policy_names(&cfg.policies).into_iter().enumerate() {
             let (m, c) = (&wall.medians[gi], &cpu.medians[gi]);
             rows.push(format!(
-                "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],{},\"cpu_runs_s\":[{}],{},{},{}}}",
+                "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],{},\"cpu_runs_s\":[{}],{},{},{},\
+                 \"voluntary_switches\":[{}],\"involuntary_switches\":[{}]}}",
                 json_str(name),
                 json_list(&samples.wall[gi][p], 6),
                 json_median_vs("", "median_s", m[p], m[0], 6),
                 json_list(&samples.cpu[gi][p], 6),
                 json_median_vs("cpu_", "median_s", c[p], c[0], 6),
                 json_paired("paired_", wall.paired[gi][p].as_ref()),
-                json_paired("cpu_paired_", cpu.paired[gi][p].as_ref())
+                json_paired("cpu_paired_", cpu.paired[gi][p].as_ref()),
+                json_list(&samples.voluntary[gi][p], 0),
+                json_list(&samples.involuntary[gi][p], 0)
             ));
         }
     }
@@ -1015,12 +1076,24 @@ mod tests {
             row[n - 1] = vec![1.01; 7]; // mmcid 1 % over none in every repeat
             row[1] = vec![1.5; 7];
         }
-        let samples = Samples { cpu: wall.clone(), wall };
+        let samples = Samples { cpu: wall.clone(), voluntary: wall.clone(), involuntary: wall.clone(), wall };
         let (w, c) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
         assert!(w.mmcid().iter().all(|ci| ci.is_some_and(|ci| (ci.median - 1.0).abs() < 1e-9)));
         let body = json_body(&cfg, &samples, &w, &c);
         assert!(body.contains("\"policy\":\"bitmap\"") && !body.contains("\"policy\":\"mutex\""), "{body}");
         assert!(body.contains("\"goal_wall\":\"met\""), "{body}");
+        assert!(body.contains("\"voluntary_switches\":[1,1,1,1,1,1,1]"), "{body}");
+    }
+
+    /// Context switches come from `getrusage`: sleeping blocks the thread, which the kernel counts as a voluntary
+    /// switch (swapped or missing fields would fail this), and a difference never goes negative.
+    #[test]
+    fn usage_counts_a_sleep_as_a_voluntary_switch() {
+        let before = Usage::now();
+        std::thread::sleep(Duration::from_millis(2));
+        let used = Usage::now().since(before);
+        assert!(used.voluntary >= 1, "{used:?}");
+        assert_eq!(before.since(Usage::now()), Usage { cpu_s: 0.0, voluntary: 0, involuntary: 0 });
     }
 
     #[test]
@@ -1030,7 +1103,7 @@ mod tests {
         // `none` took 0 s in every run of the first cell; the second cell has no runs at all.
         let mut wall = vec![vec![vec![0.5; 5]; n], vec![Vec::new(); n]];
         wall[0][0] = vec![0.0; 5];
-        let samples = Samples { cpu: wall.clone(), wall };
+        let samples = Samples { cpu: wall.clone(), voluntary: wall.clone(), involuntary: wall.clone(), wall };
         let (w, c) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
         let body = json_body(&cfg, &samples, &w, &c);
         for bad in ["NaN", "inf"] {
