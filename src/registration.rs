@@ -10,9 +10,12 @@ use crate::{sys, Error, Group};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-/// A registration's shared record, on its own cache line(s): written by its owner on every enter and exit, and
-/// by fixups only with CAS (design.md §2.2).
-#[repr(align(128))]
+/// A registration's shared record, on its own cache lines: written by its owner on every enter and exit, and
+/// by fixups only with CAS (design.md §2.2). `repr(C)`: the word and `running` come first and the hot counters
+/// right after them (`Ev`'s order), so the fast paths and the temporary path touch the record's first 64 bytes
+/// only. (Before session 7 Rust placed the 8-aligned counters first and the word at byte 152, so every per-task
+/// enter touched two lines of the record.)
+#[repr(C, align(128))]
 pub(crate) struct RegRec {
     /// Registration word: `UNSET` or the CID this registration owns.
     pub(crate) cid: AtomicU32,
@@ -796,6 +799,21 @@ fn drop_pooled(reg: NonNull<Registration>, entered: Entered) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The hot paths touch the record's first 64 bytes only: the word, `running`, and the counters the fast and
+    /// temporary paths bump (`Ev`'s first seven). A field reordering (a lost `repr(C)`) or an event inserted
+    /// early fails this.
+    #[test]
+    fn hot_fields_share_the_records_first_line() {
+        use crate::stats::Ev;
+        use std::mem::offset_of;
+        assert_eq!(std::mem::align_of::<RegRec>(), 128);
+        assert!(offset_of!(RegRec, cid) + 4 <= 64 && offset_of!(RegRec, running) + 4 <= 64);
+        for ev in [Ev::TaskFast, Ev::CpuFast, Ev::Temporary, Ev::Alloc, Ev::BitmapSet, Ev::BitmapClear, Ev::Sequence] {
+            let end = offset_of!(RegRec, counters) + 8 * (ev as usize + 1);
+            assert!(end <= 64, "counter {ev:?} ends at byte {end} of the record");
+        }
+    }
 
     /// The guard's packed record round-trips every kind at the extremes it must hold (29-bit CIDs, 16-bit cores),
     /// and the one test the inline drop makes (`is_plain_task`) is true for exactly the unpooled task kind.

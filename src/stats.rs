@@ -5,23 +5,25 @@
 //! read-modify-write: only the owner writes them. Lifecycle events are
 //! counted under the lifecycle lock. `Group::stats` sums the live records and the totals of dropped ones.
 
-/// Counted events.
+/// Counted events. The first seven share the registration record's first cache line with its word and
+/// `running` flag (`RegRec` is 128-byte aligned: 8 bytes, then these): the fast paths and the temporary path
+/// (which follows a blocking call, when that line is often cold) touch that one line only.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Ev {
     TaskFast,
     CpuFast,
+    Temporary,
+    Alloc,
+    BitmapSet,
+    BitmapClear,
     Sequence,
     TaskSlow,
     CpuSlow,
     Converge,
-    Temporary,
-    Alloc,
     Steal,
     Adopt,
     TransitDrop,
     Deferred,
-    BitmapSet,
-    BitmapClear,
     SwitchToCpu,
     SwitchToTask,
     FixupWalk,
