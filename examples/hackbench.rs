@@ -444,12 +444,18 @@ struct Usage {
 }
 
 impl Usage {
-    /// Now; all zero if `getrusage` fails (it cannot for `RUSAGE_SELF` with a valid pointer).
+    /// The whole process's usage now.
     fn now() -> Usage {
+        Usage::of(libc::RUSAGE_SELF)
+    }
+
+    /// `getrusage(who)`; all zero if it fails (it cannot for `RUSAGE_SELF` or `RUSAGE_THREAD` with a valid
+    /// pointer).
+    fn of(who: libc::c_int) -> Usage {
         // SAFETY: rusage is plain old data; all-zero is a valid value for getrusage to overwrite.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: `ru` is a valid, writable rusage for the duration of the call.
-        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
             return Usage::default();
         }
         let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
@@ -1086,14 +1092,16 @@ mod tests {
     }
 
     /// Context switches come from `getrusage`: sleeping blocks the thread, which the kernel counts as a voluntary
-    /// switch (swapped or missing fields would fail this), and a difference never goes negative.
+    /// switch of this thread (`RUSAGE_THREAD`, so other tests running meanwhile do not count). Unread fields fail
+    /// this, and so do swapped ones unless this thread happens to be preempted in those 2 ms. A difference never
+    /// goes negative.
     #[test]
     fn usage_counts_a_sleep_as_a_voluntary_switch() {
-        let before = Usage::now();
+        let before = Usage::of(libc::RUSAGE_THREAD);
         std::thread::sleep(Duration::from_millis(2));
-        let used = Usage::now().since(before);
+        let used = Usage::of(libc::RUSAGE_THREAD).since(before);
         assert!(used.voluntary >= 1, "{used:?}");
-        assert_eq!(before.since(Usage::now()), Usage { cpu_s: 0.0, voluntary: 0, involuntary: 0 });
+        assert_eq!(before.since(Usage::of(libc::RUSAGE_THREAD)), Usage { cpu_s: 0.0, voluntary: 0, involuntary: 0 });
     }
 
     #[test]

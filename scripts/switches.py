@@ -39,6 +39,8 @@ def corr(x, y):
 
 def main(path):
     data = json.load(open(path))
+    if "results" not in data:
+        sys.exit(f"{path}: not a --compare result (run hackbench without --policy, e.g. --policies none,mmcid)")
     cells = {}
     for r in data["results"]:
         cells.setdefault(r["groups"], []).append(r)

@@ -910,8 +910,8 @@ impl Inner {
             if w == UNSET && !self.mutant(MUTANT_FIXUP_TAKES_UNSET) {
                 continue; // kernel de3ab9bd3133: never treat UNSET as a CID
             }
-            // AcqRel: against the owner's CAS at exit or enter, exactly one side takes `w` (I5), and the taker
-            // sees the owner's last writes (its X1 was Release, I8).
+            // AcqRel: against the owner's word CASes at exit or enter, exactly one side takes `w` (I5); the
+            // owner's guard writes were acquired through `running` above (F3), not through this CAS.
             if rec.cid.compare_exchange(w, UNSET, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 self.bitmap.clear(w);
                 life.counters.bump(Ev::FixupTake);
@@ -995,7 +995,7 @@ impl Group {
     pub fn loom_hold_core(&self, cpu: usize) {
         let g = &*self.inner;
         let c = g.bitmap.get();
-        // Release: as the slow path's install of a held core CID (set-up, before the model's threads start).
+        // Set-up, before the model's threads are spawned (their spawn orders it); Release is not needed.
         g.slots[cpu].store(slot::busy(c), Ordering::Release);
     }
 

@@ -514,10 +514,10 @@ impl LazyCids {
             if s == EMPTY {
                 self.mark_visited(cpu);
                 let cid = self.bits.alloc() as u32;
-                // Release: hands the fresh CID's history (acquired from the bitmap) to the slot's next taker (I8).
-                // Nothing to acquire: an EMPTY slot holds no CID (the scan's take freed its CID to the bitmap,
-                // whose Release clear and our Acquire allocation carry that history).
-                return match slot.compare_exchange(EMPTY, VALID | BUSY | RECENT | cid, Release, Relaxed) {
+                // Relaxed: nobody reads a BUSY slot's value for data (enters and the scan skip it), and the
+                // guard's Release store at drop hands the CID, with the history its allocation acquired from the
+                // bitmap, to the next taker (I8); nothing to acquire: an EMPTY slot holds no CID.
+                return match slot.compare_exchange(EMPTY, VALID | BUSY | RECENT | cid, Relaxed, Relaxed) {
                     Ok(_) => Held::Slot { cpu, cid },
                     // Another thread on this core installed a CID meanwhile: ours serves as a temporary.
                     Err(_) => Held::Temp(cid),

@@ -284,7 +284,9 @@ pub fn print_median_table(
     for (label, row) in labels.iter().zip(medians) {
         print!("{label:<lw$}");
         for &m in row {
-            print!("{:>17}", format!("{m:.decimals$} ({:+.2}%)", pct(m, row[0])));
+            // A zero baseline (e.g. no involuntary switch at all in `none`'s runs) has no percentage.
+            let vs = if row[0] > 0.0 { format!("{:+.2}%", pct(m, row[0])) } else { "n/a".into() };
+            print!("{:>17}", format!("{m:.decimals$} ({vs})"));
         }
         println!();
     }
