@@ -34,7 +34,7 @@ mod common;
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, median, overall, paired_ci, positive,
     print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, value, JsonFile, MedianCi,
-    Verdict, CI_LEVEL, POLICIES,
+    Progress, Verdict, CI_LEVEL, POLICIES,
 };
 use crossbeam_utils::CachePadded;
 use mmcid::policy::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
@@ -781,30 +781,23 @@ fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
     // Warm-up (thread stacks, sockets, page faults), not counted.
     run_one(0, &Run { groups: cfg.groups[0], cfg, cpus }).unwrap_or_else(|e| fail(e));
     let mut samples = Samples::new(cfg.groups.len(), n);
-    let began = Instant::now();
-    let mut done = 0;
+    let mut progress = Progress::new(total);
     for (gi, &g) in cfg.groups.iter().enumerate() {
         for rep in 0..cfg.repeats {
             for k in 0..n {
                 let p = (k + rep) % n; // rotate the order every repeat
                 let policy = cfg.policies[p];
-                done += 1;
-                eprint!(
-                    "\r[{done:>3}/{total}] groups {g:>3} repeat {}/{} {:<12} elapsed {:>5.1}s ",
-                    rep + 1,
-                    cfg.repeats,
-                    POLICIES[policy],
-                    began.elapsed().as_secs_f64()
-                );
+                let name = POLICIES[policy];
+                progress.step(format_args!("groups {g:>3} repeat {}/{} {name:<12}", rep + 1, cfg.repeats));
                 let ((t, usage), _) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| {
-                    eprintln!(); // end the progress line
-                    fail(format!("groups {g}, policy {}: {e}", POLICIES[policy]))
+                    progress.interrupt();
+                    fail(format!("groups {g}, policy {name}: {e}"))
                 });
                 samples.push(gi, p, t, usage);
             }
         }
     }
-    eprintln!("\r{:<70}", format!("done: {total} runs in {:.1}s", began.elapsed().as_secs_f64()));
+    progress.finish();
     samples
 }
 

@@ -30,8 +30,8 @@ mod common;
 
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, median, paired_ci, positive, print_median_table,
-    print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi, Verdict, CI_LEVEL,
-    POLICIES,
+    print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi, Progress, Verdict,
+    CI_LEVEL, POLICIES,
 };
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::Group;
@@ -429,28 +429,23 @@ fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
         "thread pools (create/teardown churn), {cores} cores, {:.2} s per run, {} repeats per cell (interleaved)",
         cfg.seconds, cfg.repeats
     );
-    let began = Instant::now();
-    let mut done = 0;
+    let mut progress = Progress::new(total);
     let mut results: Vec<Vec<Vec<Outcome>>> = vec![vec![Vec::new(); n]; cfg.setups.len()];
     for (si, setup) in cfg.setups.iter().enumerate() {
         for rep in 0..cfg.repeats {
             for k in 0..n {
                 let p = (k + rep) % n;
                 let policy = cfg.policies[p];
-                done += 1;
-                eprint!(
-                    "\r[{done:>3}/{total}] {:<14} repeat {}/{} {:<12} elapsed {:>5.1}s ",
-                    setup.label(),
-                    rep + 1,
-                    cfg.repeats,
-                    POLICIES[policy],
-                    began.elapsed().as_secs_f64()
-                );
-                results[si][p].push(run_one(policy, *setup, cfg.seconds).unwrap_or_else(|e| fail(e)));
+                let (label, name) = (setup.label(), POLICIES[policy]);
+                progress.step(format_args!("{label:<14} repeat {}/{} {name:<12}", rep + 1, cfg.repeats));
+                results[si][p].push(run_one(policy, *setup, cfg.seconds).unwrap_or_else(|e| {
+                    progress.interrupt();
+                    fail(e)
+                }));
             }
         }
     }
-    eprintln!("\r{:<70}", format!("done: {total} runs in {:.1}s", began.elapsed().as_secs_f64()));
+    progress.finish();
     results
 }
 

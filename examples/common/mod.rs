@@ -394,9 +394,72 @@ pub fn json_paired(prefix: &str, ci: Option<&MedianCi>) -> String {
     )
 }
 
+/// The progress of a `--compare` run, on stderr: one line rewritten in place (`\r`) on a terminal; elsewhere (a
+/// log, CI) a line at the first run and at each further tenth of the runs, instead of one very long line.
+pub struct Progress {
+    total: usize,
+    done: usize,
+    began: std::time::Instant,
+    terminal: bool,
+}
+
+impl Progress {
+    pub fn new(total: usize) -> Progress {
+        use std::io::IsTerminal;
+        Progress { total, done: 0, began: std::time::Instant::now(), terminal: std::io::stderr().is_terminal() }
+    }
+
+    /// Counts the run about to start, described by `what`.
+    pub fn step(&mut self, what: std::fmt::Arguments<'_>) {
+        self.done += 1;
+        let (done, total, s) = (self.done, self.total, self.began.elapsed().as_secs_f64());
+        let line = format!("[{done:>3}/{total}] {what} elapsed {s:>5.1}s");
+        if self.terminal {
+            eprint!("\r{line} ");
+        } else if milestone(done, total) {
+            eprintln!("{line}");
+        }
+    }
+
+    /// Ends the in-place line, before an error message.
+    pub fn interrupt(&self) {
+        if self.terminal {
+            eprintln!();
+        }
+    }
+
+    pub fn finish(self) {
+        let line = format!("done: {} runs in {:.1}s", self.done, self.began.elapsed().as_secs_f64());
+        if self.terminal {
+            eprintln!("\r{line:<70}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// Whether run `done` (1-based) of `total` gets a progress line in a log: the first, and each that starts a new
+/// tenth.
+fn milestone(done: usize, total: usize) -> bool {
+    let total = total.max(1);
+    done == 1 || done * 10 / total != (done - 1) * 10 / total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log gets the first run and about one line per tenth: at most 11 lines, the last run included when the
+    /// runs divide into tenths.
+    #[test]
+    fn progress_logs_about_ten_lines() {
+        for total in [1, 3, 10, 162, 1206] {
+            let lines: Vec<usize> = (1..=total).filter(|&d| milestone(d, total)).collect();
+            assert_eq!(lines[0], 1, "total {total}");
+            assert!(lines.len() <= 11 && lines.len() >= total.min(10), "total {total}: {lines:?}");
+        }
+        assert!(milestone(162, 162) && milestone(10, 10));
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-12
