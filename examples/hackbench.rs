@@ -439,6 +439,9 @@ struct Run<'a> {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Usage {
     cpu_s: f64,
+    /// The user part of `cpu_s`: where a policy's own per-guard work shows (system time is mostly the I/O), but
+    /// sampled by the kernel at each tick, so coarse for one short run.
+    user_s: f64,
     voluntary: u64,
     involuntary: u64,
 }
@@ -462,6 +465,7 @@ impl Usage {
         let count = |c: libc::c_long| u64::try_from(c).unwrap_or(0);
         Usage {
             cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
+            user_s: tv(ru.ru_utime),
             voluntary: count(ru.ru_nvcsw),
             involuntary: count(ru.ru_nivcsw),
         }
@@ -471,6 +475,7 @@ impl Usage {
     fn since(self, earlier: Usage) -> Usage {
         Usage {
             cpu_s: (self.cpu_s - earlier.cpu_s).max(0.0),
+            user_s: (self.user_s - earlier.user_s).max(0.0),
             voluntary: self.voluntary.saturating_sub(earlier.voluntary),
             involuntary: self.involuntary.saturating_sub(earlier.involuntary),
         }
@@ -697,7 +702,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
     let passed = run_totals(g, cfg.fds, cfg.loops, cfg.size).map_or(0, |(m, _)| m / 2);
     let rate = passed as f64 / t.as_secs_f64().max(1e-9);
     println!("Time: {}.{:03}", t.as_secs(), t.subsec_millis());
-    println!("CPU: {cpu:.3} s (user + system, go to last join)");
+    println!("CPU: {cpu:.3} s (user + system, go to last join), of which user {:.3} s", usage.user_s);
     println!("Messages: {passed} passed, {rate:.0} msgs/s");
     println!(
         "Context switches: {} voluntary, {} involuntary (whole process, go to last join)",
@@ -720,7 +725,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
     if let Some(file) = json {
         let body = format!(
             "{{\"benchmark\":\"hackbench\",\"mode\":\"threads\",\"channel\":{},\"groups\":{g},\"fds\":{},\
-             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{},\"cpu_s\":{},\"messages\":{passed},\"msgs_per_s\":{},\
+             \"loops\":{},\"datasize\":{},\"pin\":{},\"guard\":{},\"policy\":{},\"time_s\":{},\"cpu_s\":{},\"user_s\":{},\"messages\":{passed},\"msgs_per_s\":{},\
              \"voluntary_switches\":{},\"involuntary_switches\":{}}}\n",
             json_str(channel),
             cfg.fds,
@@ -731,6 +736,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
             json_str(POLICIES[policy]),
             json_num(t.as_secs_f64(), 6),
             json_num(cpu, 6),
+            json_num(usage.user_s, 6),
             json_num(rate, 0),
             usage.voluntary,
             usage.involuntary
@@ -745,6 +751,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
 struct Samples {
     wall: Vec<Vec<Vec<f64>>>,
     cpu: Vec<Vec<Vec<f64>>>,
+    user: Vec<Vec<Vec<f64>>>,
     voluntary: Vec<Vec<Vec<f64>>>,
     involuntary: Vec<Vec<Vec<f64>>>,
 }
@@ -752,12 +759,19 @@ struct Samples {
 impl Samples {
     fn new(cells: usize, policies: usize) -> Samples {
         let empty = vec![vec![Vec::new(); policies]; cells];
-        Samples { wall: empty.clone(), cpu: empty.clone(), voluntary: empty.clone(), involuntary: empty }
+        Samples {
+            wall: empty.clone(),
+            cpu: empty.clone(),
+            user: empty.clone(),
+            voluntary: empty.clone(),
+            involuntary: empty,
+        }
     }
 
     fn push(&mut self, cell: usize, policy: usize, t: Duration, usage: Usage) {
         self.wall[cell][policy].push(t.as_secs_f64());
         self.cpu[cell][policy].push(usage.cpu_s);
+        self.user[cell][policy].push(usage.user_s);
         self.voluntary[cell][policy].push(usage.voluntary as f64);
         self.involuntary[cell][policy].push(usage.involuntary as f64);
     }
@@ -832,10 +846,14 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     let table = |title, s: &Summary| print_median_table(title, "groups", &labels, &names, &s.medians, 3);
     table("wall time, median seconds, % versus none (positive = slower); lower is better", wall);
     table("process CPU time (user + system), median seconds, % versus none", cpu);
-    let switches = |title, runs: &[Vec<Vec<f64>>]| {
+    let medians_of = |title, runs: &[Vec<Vec<f64>>], decimals| {
         let medians: Vec<Vec<f64>> = runs.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
-        print_median_table(title, "groups", &labels, &names, &medians, 0);
+        print_median_table(title, "groups", &labels, &names, &medians, decimals);
     };
+    // User time is written to --json (`user_runs_s`) but not tabulated: the kernel splits user from system time at
+    // each tick, so one ~0.1 s run reads coarse, and a 9-run median swings by tens of percent. Averaged over many
+    // runs it is where a policy's own work shows (docs/benchmarks.md, session 7, measured with perf stat -r 150).
+    let switches = |title, runs: &[Vec<Vec<f64>>]| medians_of(title, runs, 0);
     switches("context switches per run, voluntary (blocking), median, % versus none", &samples.voluntary);
     switches("context switches per run, involuntary (preemption), median, % versus none", &samples.involuntary);
     let paired = |title, s: &Summary| print_paired_table(title, "groups", &labels, &names, &s.paired);
@@ -870,7 +888,7 @@ fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> 
             let (m, c) = (&wall.medians[gi], &cpu.medians[gi]);
             rows.push(format!(
                 "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],{},\"cpu_runs_s\":[{}],{},{},{},\
-                 \"voluntary_switches\":[{}],\"involuntary_switches\":[{}]}}",
+                 \"user_runs_s\":[{}],\"voluntary_switches\":[{}],\"involuntary_switches\":[{}]}}",
                 json_str(name),
                 json_list(&samples.wall[gi][p], 6),
                 json_median_vs("", "median_s", m[p], m[0], 6),
@@ -878,6 +896,7 @@ fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> 
                 json_median_vs("cpu_", "median_s", c[p], c[0], 6),
                 json_paired("paired_", wall.paired[gi][p].as_ref()),
                 json_paired("cpu_paired_", cpu.paired[gi][p].as_ref()),
+                json_list(&samples.user[gi][p], 6),
                 json_list(&samples.voluntary[gi][p], 0),
                 json_list(&samples.involuntary[gi][p], 0)
             ));
@@ -1075,7 +1094,8 @@ mod tests {
             row[n - 1] = vec![1.01; 7]; // mmcid 1 % over none in every repeat
             row[1] = vec![1.5; 7];
         }
-        let samples = Samples { cpu: wall.clone(), voluntary: wall.clone(), involuntary: wall.clone(), wall };
+        let samples =
+            Samples { cpu: wall.clone(), user: wall.clone(), voluntary: wall.clone(), involuntary: wall.clone(), wall };
         let (w, c) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
         assert!(w.mmcid().iter().all(|ci| ci.is_some_and(|ci| (ci.median - 1.0).abs() < 1e-9)));
         let body = json_body(&cfg, &samples, &w, &c);
@@ -1088,13 +1108,32 @@ mod tests {
     /// switch of this thread (`RUSAGE_THREAD`, so other tests running meanwhile do not count). Unread fields fail
     /// this, and so do swapped ones unless this thread happens to be preempted in those 2 ms. A difference never
     /// goes negative.
+    /// Spinning is user time: a thread that spins until it has used 20 ms of CPU shows most of it as user time
+    /// (a `user_s` read from the system time, or not read at all, fails this).
+    #[test]
+    fn usage_splits_user_time() {
+        let before = Usage::of(libc::RUSAGE_THREAD);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut x = 0u64;
+        while Usage::of(libc::RUSAGE_THREAD).since(before).cpu_s < 0.02 && Instant::now() < deadline {
+            for i in 0..100_000u64 {
+                x = x.wrapping_add(std::hint::black_box(i));
+            }
+        }
+        let used = Usage::of(libc::RUSAGE_THREAD).since(before);
+        assert!(used.user_s > 0.5 * used.cpu_s && used.user_s <= used.cpu_s + 1e-9, "{used:?} ({x})");
+    }
+
     #[test]
     fn usage_counts_a_sleep_as_a_voluntary_switch() {
         let before = Usage::of(libc::RUSAGE_THREAD);
         std::thread::sleep(Duration::from_millis(2));
         let used = Usage::of(libc::RUSAGE_THREAD).since(before);
         assert!(used.voluntary >= 1, "{used:?}");
-        assert_eq!(before.since(Usage::of(libc::RUSAGE_THREAD)), Usage { cpu_s: 0.0, voluntary: 0, involuntary: 0 });
+        assert_eq!(
+            before.since(Usage::of(libc::RUSAGE_THREAD)),
+            Usage { cpu_s: 0.0, user_s: 0.0, voluntary: 0, involuntary: 0 }
+        );
     }
 
     #[test]
@@ -1104,7 +1143,8 @@ mod tests {
         // `none` took 0 s in every run of the first cell; the second cell has no runs at all.
         let mut wall = vec![vec![vec![0.5; 5]; n], vec![Vec::new(); n]];
         wall[0][0] = vec![0.0; 5];
-        let samples = Samples { cpu: wall.clone(), voluntary: wall.clone(), involuntary: wall.clone(), wall };
+        let samples =
+            Samples { cpu: wall.clone(), user: wall.clone(), voluntary: wall.clone(), involuntary: wall.clone(), wall };
         let (w, c) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
         let body = json_body(&cfg, &samples, &w, &c);
         for bad in ["NaN", "inf"] {
