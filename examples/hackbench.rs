@@ -32,7 +32,7 @@
 mod common;
 
 use common::{
-    json_list, json_median_vs, json_num, json_paired, json_str, median, overall, paired_ci, positive,
+    json_list, json_median_vs, json_num, json_paired, json_str, medians, overall, paired_ci, positive,
     print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, value, JsonFile, MedianCi,
     Progress, Verdict, CI_LEVEL, POLICIES,
 };
@@ -824,7 +824,7 @@ struct Summary {
 
 impl Summary {
     fn of(runs: &[Vec<Vec<f64>>]) -> Summary {
-        let medians = runs.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
+        let medians = medians(runs);
         let paired =
             runs.iter().map(|row| row.iter().map(|v| paired_ci(v, &row[0], time_cost_pct)).collect()).collect();
         Summary { medians, paired }
@@ -847,8 +847,7 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     table("wall time, median seconds, % versus none (positive = slower); lower is better", wall);
     table("process CPU time (user + system), median seconds, % versus none", cpu);
     let medians_of = |title, runs: &[Vec<Vec<f64>>], decimals| {
-        let medians: Vec<Vec<f64>> = runs.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
-        print_median_table(title, "groups", &labels, &names, &medians, decimals);
+        print_median_table(title, "groups", &labels, &names, &medians(runs), decimals);
     };
     // User time is written to --json (`user_runs_s`) but not tabulated: the kernel splits user from system time at
     // each tick, so one ~0.1 s run reads coarse, and a 9-run median swings by tens of percent. Averaged over many

@@ -29,9 +29,9 @@
 mod common;
 
 use common::{
-    json_list, json_median_vs, json_num, json_paired, json_str, median, paired_ci, positive, print_median_table,
-    print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi, Progress, Verdict,
-    CI_LEVEL, POLICIES,
+    json_list, json_median_vs, json_num, json_paired, json_str, median, medians, paired_ci, positive,
+    print_median_table, print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi,
+    Progress, Verdict, CI_LEVEL, POLICIES,
 };
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::Group;
@@ -488,9 +488,8 @@ fn report(
 ) -> Verdict {
     let labels: Vec<String> = cfg.setups.iter().map(Setup::label).collect();
     let names = common::policy_names(&cfg.policies);
-    let medians: Vec<Vec<f64>> = thr.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect();
     let title = "threads/s, median, % versus none (negative = slower); higher is better";
-    print_median_table(title, "config", &labels, &names, &medians, 0);
+    print_median_table(title, "config", &labels, &names, &medians(thr), 0);
     let switches: Vec<String> = labels
         .iter()
         .zip(results)

@@ -1011,15 +1011,13 @@ impl Group {
         }
     }
 
-    /// An exit's deferral (the flag) and then what the claim lock's holder does about it (lock if free, unlock,
-    /// drain).
+    /// An exit's deferral (`defer_claim`: the flag, the fence, the lock tried again), then, if the lock was free,
+    /// what its holder does (unlock and drain).
     pub fn loom_deferred_drain(&self) {
         let g = &*self.inner;
-        // Release swap and SeqCst fence: exactly `defer_claim`'s (their pairings are documented there).
-        g.claims_deferred.swap(1, Ordering::Release);
-        fence(Ordering::SeqCst);
-        if g.try_claim_lock() {
-            g.claim_unlock(&Counters::default());
+        let c = Counters::default();
+        if g.defer_claim(&c) {
+            g.claim_unlock(&c);
         }
     }
 }

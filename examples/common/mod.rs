@@ -87,6 +87,11 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The median of every cell's runs: `runs[cell][policy]` → `medians[cell][policy]`.
+pub fn medians(runs: &[Vec<Vec<f64>>]) -> Vec<Vec<f64>> {
+    runs.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect()
+}
+
 /// `t` relative to `base`, in percent.
 pub fn pct(t: f64, base: f64) -> f64 {
     (t - base) / base * 100.0
