@@ -963,7 +963,8 @@ impl Inner {
         let mut life = self.life.lock();
         life.regs[index] = None;
         life.free.push(index);
-        // A leaked guard (mem::forget) may have left `running` set; the registration is gone either way.
+        // A forgotten per-task guard (mem::forget) may have left `running` set; the registration is gone either way
+        // (`Registration::drop` already gave back a forgotten per-CPU or temporary one, design.md §4.6).
         // Relaxed, both: the record has left the list walks read (under the lock we hold), the owner's own writes
         // are sequenced before this drop, and the bitmap clear (Release) publishes its guards' writes (I8).
         rec.running.store(0, Ordering::Relaxed);

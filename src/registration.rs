@@ -83,6 +83,15 @@ const POOLED_BIT: u64 = 1 << 34;
 const CPU_SHIFT: u32 = 40;
 
 impl Entered {
+    /// No guard, as `Registration::outstanding`: the bits of `Task(0)`, a kind that is never outstanding (zero
+    /// makes the test and the clear one instruction each on the per-CPU path).
+    const NOTHING: Entered = Entered(0);
+
+    #[inline(always)]
+    fn is_nothing(self) -> bool {
+        self.0 == Entered::NOTHING.0
+    }
+
     #[inline(always)]
     fn new(held: Held) -> Entered {
         let (cid, kind, cpu) = match held {
@@ -157,6 +166,9 @@ pub struct Registration {
     rec: Arc<RegRec>,
     index: usize,
     cpu: Option<usize>,
+    /// The per-CPU or temporary guard entered last, until its exit: still set at the next enter or at the drop
+    /// only if that guard was passed to `mem::forget`, and then given back there (design.md §4.6).
+    outstanding: Entered,
 }
 
 impl std::fmt::Debug for Registration {
@@ -167,7 +179,7 @@ impl std::fmt::Debug for Registration {
 
 impl Registration {
     pub(crate) fn new(group: Group, rec: Arc<RegRec>, index: usize) -> Registration {
-        Registration { group, rec, index, cpu: None }
+        Registration { group, rec, index, cpu: None, outstanding: Entered::NOTHING }
     }
 
     /// Takes a CID for the life of the returned guard (≈ schedule-in). Never blocks and never waits for another
@@ -253,6 +265,9 @@ impl Registration {
             return Entered::new(Held::Task(w));
         }
         if m == PER_CPU {
+            if !self.outstanding.is_nothing() {
+                return self.enter_after_forgotten();
+            }
             // No fence needed to choose this path: the slot CAS decides, and the slow path completes E2 itself.
             // The registration must own nothing here: a task → CPU walk that saw our E1 skipped our word, and only
             // the slow path gives it up (`enter_core_owned`). `w` is exact when UNSET: only we store CIDs into it.
@@ -279,7 +294,7 @@ impl Registration {
         if let Some(c) = slot::idle_cid(s) {
             if (c as usize) < g.max_cids() && g.borrow_slot(cpu, s) {
                 self.rec.counters.bump(Ev::CpuFast);
-                return Ok(Entered::new(Held::Core { cpu: cpu as u32, cid: c }));
+                return Ok(self.outstanding(Held::Core { cpu: cpu as u32, cid: c }));
             }
         }
         Err((s, cpu))
@@ -301,7 +316,7 @@ impl Registration {
             c.bump(Ev::Temporary);
             c.bump(Ev::Alloc);
             c.bump(Ev::BitmapSet);
-            return Entered::new(Held::Temp(n));
+            return self.outstanding(Held::Temp(n));
         }
         self.enter_slow(false)
     }
@@ -311,6 +326,9 @@ impl Registration {
     #[inline(never)]
     fn enter_other(&mut self, m: u32) -> Entered {
         debug_assert_ne!(m, PER_CPU, "handled by enter_raw");
+        if !self.outstanding.is_nothing() {
+            return self.enter_after_forgotten();
+        }
         let g = &*self.group.inner;
         // Without membarrier the full fence of E2 runs only now: E3 again, and the per-task fast path after all.
         if g.mode_after_light_barrier(m, MUTANT_NO_ENTER_BARRIER) == PER_TASK {
@@ -337,7 +355,28 @@ impl Registration {
             Held::Core { .. } => Ev::CpuSlow,
             Held::Temp(_) => Ev::Temporary,
         });
-        Entered::new(held)
+        match held {
+            Held::Task(_) => Entered::new(held),
+            _ => self.outstanding(held),
+        }
+    }
+
+    /// A per-CPU or temporary guard is entered: note it until its exit (design.md §4.6).
+    #[inline(always)]
+    fn outstanding(&mut self, held: Held) -> Entered {
+        let entered = Entered::new(held);
+        self.outstanding = entered;
+        entered
+    }
+
+    /// The last per-CPU or temporary guard of this registration never exited: it was passed to `mem::forget`.
+    /// Give back what it holds, as its drop would have, then enter again (design.md §4.6). Our E1 is undone by
+    /// that exit and redone by the enter; neither matters to a walk, which skips our UNSET word.
+    #[cold]
+    #[inline(never)]
+    fn enter_after_forgotten(&mut self) -> Entered {
+        self.exit_other(self.outstanding);
+        self.enter_raw()
     }
 
     /// Per-task or CPU → task: the registration owns its CID (design.md §4.3). By D-enter no fixup takes our word
@@ -568,6 +607,7 @@ impl Registration {
     #[inline(never)]
     fn exit_other(&mut self, entered: Entered) {
         let g = &*self.group.inner;
+        self.outstanding = Entered::NOTHING;
         match entered.held() {
             Held::Task(_) => unreachable!("handled inline"),
             Held::Core { cpu, cid } => {
@@ -668,12 +708,31 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        if !self.outstanding.is_nothing() {
+            // A forgotten per-CPU or temporary guard: give it back as its drop would have (design.md §4.6).
+            self.exit_other(self.outstanding);
+        }
         self.group.inner.unregister(&self.rec, self.index);
     }
 }
 
 /// Proof that the holder owns a CID exclusively (≈ running on a CPU). Dropping it gives the CID back
 /// (≈ schedule-out): to the registration (per-task), to the core (per-CPU), or to the pool (temporary).
+///
+/// A guard passed to [`std::mem::forget`] holds its CID until its registration's next enter or drop, which give
+/// back what it held as its drop would have; a registration never holds more than one CID. (A forgotten guard of
+/// [`Group::enter`] owns its registration, which then stays registered until the process ends.)
+///
+/// ```
+/// let group = mmcid::Group::builder().virtual_cpus(1).build()?;
+/// let (mut reg, _other) = (group.register(), group.register()); // 2 threads, 1 core: per-CPU mode
+/// let forgotten = reg.enter();
+/// let cid = forgotten.cid();
+/// std::mem::forget(forgotten); // the core's CID stays borrowed...
+/// let again = reg.enter(); // ...until this enter gives it back and borrows it again
+/// assert_eq!((again.cid(), again.kind()), (cid, mmcid::CidKind::Core(0)));
+/// # Ok::<(), mmcid::Error>(())
+/// ```
 ///
 /// `!Send`: the CID belongs to the thread that entered, so a guard cannot move to another thread:
 ///

@@ -521,6 +521,71 @@ fn i6_nobody_waits_for_a_guard_holder() {
     assert_quiescent_empty(&group);
 }
 
+/// I2, I5, I6 with guards passed to `mem::forget` (safe code): what a forgotten per-CPU or temporary guard holds
+/// goes back at its registration's next enter or drop (design.md §4.6). Forgetting therefore never gives a
+/// registration more than one CID, never exhausts the CID space (the loop forgets more temporaries than the
+/// group's 1024 CIDs) and never leaves a CID marked after the last drop. Before that rule, each forgotten
+/// temporary stayed marked: the second forget already failed the `cids_in_use` check, and the 1023rd enter spun
+/// for ever in the bitmap.
+#[test]
+fn i2_i5_i6_forgotten_guards_give_back_at_next_enter_or_drop() {
+    // 1 core, 2 users: per-CPU (thrs 1).
+    let group = sim(1);
+    let (mut a, mut b) = (group.register(), group.register());
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let g = a.enter();
+    let (cid, kind) = (g.cid(), g.kind());
+    assert_eq!(kind, CidKind::Core(0));
+    std::mem::forget(g);
+    let g = a.enter();
+    assert_eq!((g.cid(), g.kind()), (cid, CidKind::Core(0)), "the forgotten borrow was given back first");
+    drop(g);
+
+    // b's guard keeps the core's CID busy, so each of a's enters takes a temporary.
+    let held = b.enter();
+    assert_eq!(held.kind(), CidKind::Core(0));
+    let bound = group.users() + group.cores();
+    for i in 0..3000 {
+        let t = a.enter();
+        assert_eq!(t.kind(), CidKind::Temporary, "forget {i}");
+        assert!(t.cid().get() < bound, "I2 at forget {i}: CID {} not below users + cores = {bound}", t.cid());
+        std::mem::forget(t);
+        // b's core CID and a's one forgotten temporary, never more.
+        assert_eq!(group.stats().cids_in_use, 2, "I5 at forget {i}");
+    }
+    drop(held);
+
+    // Both kinds forgotten at once, then given back by the registrations' drops.
+    std::mem::forget(a.enter()); // the core's CID again
+    let t = b.enter();
+    assert_eq!(t.kind(), CidKind::Temporary);
+    std::mem::forget(t);
+    assert_eq!(group.stats().cids_in_use, 2);
+    drop((a, b));
+    assert_quiescent_empty(&group);
+
+    // A forgotten borrow across a CPU → task switch: the next enter adopts the core's CID as the registration's
+    // own, exactly as the guard's late exit would have.
+    // 4 cores, 5 users: per-CPU; back to per-task below thrs = 2 users.
+    let group = sim(4);
+    let mut a = group.register();
+    a.set_cpu(Some(0)).unwrap();
+    let others: Vec<_> = (0..4).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let g = a.enter();
+    assert_eq!(g.kind(), CidKind::Core(0));
+    std::mem::forget(g);
+    drop(others); // 1 user: back to per-task while a's forgotten guard still borrows the core's CID
+    assert_eq!(group.mode(), Mode::PerTask);
+    let g = a.enter();
+    assert_eq!((g.cid().get(), g.kind()), (0, CidKind::Task));
+    drop(g);
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 1, "only a's own CID: {audit:?}");
+    drop(a);
+    assert_quiescent_empty(&group);
+}
+
 /// I7: a panic inside a guard releases what it held; a thread that exits without dropping its thread-local
 /// registration releases it.
 #[test]
