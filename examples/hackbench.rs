@@ -30,6 +30,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
+use common::MAX_THREADS;
 
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, medians, overall, paired_ci, positive,
@@ -100,9 +101,6 @@ took 36-43 s there.
 
 /// The largest message (`-s`): every worker holds one buffer of this size.
 const MAX_DATASIZE: usize = 1 << 20;
-
-/// The most threads of one run (2 × fds × groups), well under the usual limits on threads and descriptors.
-const MAX_THREADS: usize = 8192;
 
 /// Messages (sent + received) and bytes of one run of `groups` groups, as counted in the per-CID data; None when
 /// either overflows a u64 (or the loop counts a usize).

@@ -8,6 +8,9 @@
 //! Defaults: 8 threads × 1 000 000 adds each. The group's cores are the process's affinity mask, so with more
 //! threads than cores the counter holds about one shard per core (per-CPU mode), not one per thread.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use mmcid::{Group, ShardedCounter};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -18,7 +21,7 @@ struct Args {
 }
 
 fn usage() -> &'static str {
-    "usage: sharded_counter [--threads N] [--iters M]   (N ≥ 1 threads, M adds per thread)"
+    "usage: sharded_counter [--threads N] [--iters M]   (1 ≤ N ≤ 8192 threads, M adds per thread)"
 }
 
 fn parse() -> Result<Args, String> {
@@ -36,8 +39,11 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if args.threads == 0 {
-        return Err("--threads must be at least 1".into());
+    if args.threads == 0 || args.threads > common::MAX_THREADS {
+        return Err(format!("--threads must be between 1 and {}", common::MAX_THREADS));
+    }
+    if (args.threads as u64).checked_mul(args.iters).is_none() {
+        return Err("--threads × --iters overflows a 64-bit count".into());
     }
     Ok(args)
 }

@@ -27,6 +27,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
+use common::MAX_THREADS;
 
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, median, medians, paired_ci, positive,
@@ -84,9 +85,6 @@ Many short runs beat a few long ones at equal time: the interval of 11 runs (3rd
 narrower than that of 5 (minimum to maximum), and runs closer in time pair better. The default run (3
 configurations x 6 policies x 11 repeats x 0.2 s) took 40 s on the project's 2-core VM.
 ";
-
-/// The most threads alive at once: pools × (threads + the pool's own).
-const MAX_THREADS: usize = 8192;
 
 /// The most virtual CPUs: mmcid's own limit (a larger `Group::builder().virtual_cpus` is an error there).
 const MAX_VIRTUAL_CPUS: usize = 1 << 16;

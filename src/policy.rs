@@ -12,7 +12,8 @@
 //! | [`LazyCids`] | v6.4–v6.17 (v2) | borrow the core's lazily kept CID (one CAS) | give it back to the core |
 //! | [`MmCid`] | v6.19+ design, this crate | [`Registration::enter`] | [`CidGuard`] drop |
 //!
-//! Every policy keeps I1 (no two live guards of one policy instance carry the same CID), and every CID stays below
+//! Every policy keeps I1 (no two live guards of one policy instance carry the same CID, when each was entered with
+//! a thread state that instance's [`Policy::thread`] made), and every CID stays below
 //! the number of threads holding guards at once plus the number of possible cores, so `threads + cores` slots are
 //! enough for per-CID data. A guard is a value whose drop gives the CID back (≈ schedule-out), so the measured
 //! path of [`MmCid`] is the library's real [`CidGuard`].
@@ -54,7 +55,9 @@ pub trait Policy: Send + Sync {
     /// look up the current core use it instead of `sched_getcpu`.
     fn thread(&self, cpu: Option<usize>) -> Self::Thread;
 
-    /// Takes a CID for the life of the returned guard (≈ schedule-in).
+    /// Takes a CID for the life of the returned guard (≈ schedule-in). `thread` must come from this instance's
+    /// [`Policy::thread`]: a thread state of another instance enters that other instance's CID space (with
+    /// [`MmCid`], another group's), so its guard may share a CID with this instance's guards.
     fn enter<'a>(&'a self, thread: &'a mut Self::Thread) -> Self::Guard<'a>;
 
     /// CIDs marked in use now (racy unless quiescent); 0 for [`NoCid`].
@@ -657,6 +660,7 @@ impl Policy for MmCid {
 
     #[inline(always)]
     fn enter<'a>(&'a self, thread: &'a mut Registration) -> CidGuard<'a> {
+        debug_assert_eq!(thread.group().id(), self.group.id(), "a registration of another group (Policy::enter)");
         thread.enter()
     }
 

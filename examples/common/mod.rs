@@ -1,7 +1,12 @@
-//! Helpers shared by the benchmark examples (`hackbench`, `thread_pools`): argument parsing, statistics (paired
-//! costs, a distribution-free confidence interval for their median, the goal verdicts) and tables.
-//! Included with `#[path = "common/mod.rs"] mod common;`; not an example of its own.
+//! Helpers shared by the examples: argument parsing, statistics (paired costs, a distribution-free confidence
+//! interval for their median, the goal verdicts) and tables for the benchmark examples (`hackbench`,
+//! `thread_pools`), the thread limit for all of them. Included with `#[path = "common/mod.rs"] mod common;`; not an
+//! example of its own.
 #![allow(dead_code)]
+
+/// The most threads an example starts at once, well under the usual limits on threads and descriptors: a larger
+/// request is a usage error, not a failed spawn halfway through.
+pub const MAX_THREADS: usize = 8192;
 
 /// The command-line words after the program name, with `--flag=value` split into `--flag` and `value`.
 pub fn args() -> impl Iterator<Item = String> {
