@@ -345,8 +345,9 @@ impl Group {
     }
 
     /// Checks the ownership invariant (design.md §2.4) at quiescence: returns the number of set bits and the number
-    /// of owners (registration words and core slots), and every CID owned twice. Only meaningful when no guard is
-    /// alive and no lifecycle operation runs. Used by tests and loom models.
+    /// of owners (registration words and core slots), every CID owned twice, and the user count against the
+    /// registrations in the list the walks read (kernel b2e48c429ec5: a counted user the walks cannot see). Only
+    /// meaningful when no guard is alive and no lifecycle operation runs. Used by tests and loom models.
     #[doc(hidden)]
     pub fn audit(&self) -> Audit {
         let inner = &*self.inner;
@@ -361,7 +362,8 @@ impl Group {
         let mut duplicates: Vec<u32> = sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
         duplicates.dedup();
         let unmarked = owned.iter().copied().filter(|&c| !inner.bitmap.is_set(c)).collect();
-        Audit { bits: inner.bitmap.count(), owners: owned.len(), duplicates, unmarked }
+        let listed = life.regs.iter().flatten().count();
+        Audit { bits: inner.bitmap.count(), owners: owned.len(), duplicates, unmarked, users: life.users, listed }
     }
 }
 
@@ -377,12 +379,16 @@ pub struct Audit {
     pub duplicates: Vec<u32>,
     /// CIDs held by an owner whose bit is clear.
     pub unmarked: Vec<u32>,
+    /// The group's user count ([`Group::users`]).
+    pub users: usize,
+    /// Registrations in the list the fixup walks read.
+    pub listed: usize,
 }
 
 impl Audit {
-    /// Bits equal owners, nothing owned twice, nothing owned without its bit.
+    /// Bits equal owners, nothing owned twice, nothing owned without its bit, every user listed.
     pub fn is_consistent(&self) -> bool {
-        self.bits == self.owners && self.duplicates.is_empty() && self.unmarked.is_empty()
+        self.bits == self.owners && self.duplicates.is_empty() && self.unmarked.is_empty() && self.users == self.listed
     }
 }
 

@@ -34,7 +34,8 @@ impl Occupancy {
 
 /// Plain (non-atomic) per-CID payload: a holder increments its CID's cell with a plain read and write. If two
 /// holders overlapped (I1) or a holder missed its predecessor's write (I8), increments get lost and the final sum
-/// falls short of the number of guards.
+/// falls short of the number of guards. (On x86, TSO hides a missing Release/Acquire from this check, so there it
+/// catches overlaps, I1; I8's orderings are checked by the loom models.)
 pub struct Payload {
     cells: Vec<UnsafeCell<u64>>,
 }
