@@ -5,7 +5,7 @@
 mod common;
 
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
-use mmcid::{Error, Group};
+use mmcid::{CidKind, Error, Group, Mode};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,8 +296,43 @@ fn mmcid_is_exclusive_in_per_cpu_mode() {
     let p = Arc::new(MmCid::new(Group::builder().virtual_cpus(4).build().expect("group")));
     assert_eq!(all_at_once(Arc::clone(&p)), 0);
     assert_eq!(churn(Arc::clone(&p)), 0);
-    assert!(p.group().stats().switches_to_per_cpu > 0);
     assert_eq!(p.cids_in_use(), 0);
+    // Busy cores and temporaries, forced rather than left to the scheduler: all 8 threads registered first (8 users
+    // > max_cids 4: per-CPU mode, fixed membership), then all 8 inside a guard at once. At most one guard per core
+    // borrows the core's CID, so at least 8 - 4 guards found their core busy and hold temporaries; none is a
+    // per-task guard. Two threads per core (`thread(Some(i % 4))`): each core is borrowed by exactly one of them.
+    let registered = Arc::new(common::Gate::new(THREADS));
+    let inside = Arc::new(common::Gate::new(THREADS));
+    let checker = Arc::new(Checker::new(slots()));
+    let kinds: Vec<CidKind> = (0..THREADS)
+        .map(|i| {
+            let (p, registered, inside, checker) =
+                (Arc::clone(&p), Arc::clone(&registered), Arc::clone(&inside), Arc::clone(&checker));
+            std::thread::spawn(move || {
+                let mut t = p.thread(Some(i % 4));
+                registered.wait();
+                assert_eq!(p.group().mode(), Mode::PerCpu, "8 users on 4 cores");
+                let g = p.enter(&mut t);
+                checker.enter(g.cid().get());
+                inside.wait();
+                inside.wait(); // every guard recorded before any leaves
+                checker.exit(g.cid().get());
+                g.kind()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().expect("worker panicked"))
+        .collect();
+    assert_eq!(checker.violations(), 0, "two live guards with one CID");
+    let mut cores: Vec<usize> =
+        kinds.iter().filter_map(|k| if let CidKind::Core(c) = k { Some(*c) } else { None }).collect();
+    let temporaries = kinds.iter().filter(|k| **k == CidKind::Temporary).count();
+    cores.sort_unstable();
+    assert_eq!(cores, [0, 1, 2, 3], "one guard per core borrows its CID, the other finds it busy: {kinds:?}");
+    assert_eq!(temporaries, THREADS - 4, "the rest hold temporaries: {kinds:?}");
+    assert!(p.group().stats().enter_temporary >= (THREADS - 4) as u64);
+    assert_eq!((p.cids_in_use(), p.group().users()), (0, 0));
 }
 
 #[test]

@@ -150,25 +150,40 @@ fn spawn_places_round_robin_and_oversubscribes_beyond_capacity() {
 }
 
 /// Runs `threads_per_cpu` threads per core looping enter/exit, each CID checked by an independent occupancy
-/// counter; returns the group and the kinds of guards seen.
+/// counter; returns the group and the kinds of guards seen. In steady state (membership fixed, every thread entered
+/// once since) every guard that is not a temporary carries a CID below `max_cids`, computed here from the thread
+/// and core counts (I2 soft): a registration's own CID, stable (I3), or its core's CID, the same for every guard of
+/// that core (I3 in per-CPU mode).
 fn exclusivity_run(threads_per_cpu: usize, expect: Mode) -> (Group, Vec<CidKind>) {
     const ROUNDS: usize = 1500;
     let rt = Runtime::builder().threads_per_cpu(threads_per_cpu).build().unwrap();
     let group = rt.group().clone();
-    let users = rt.capacity();
+    let cores = rt.cpus().len(); // the runtime's cores, which the group may use (its default: the same mask)
+    let users = cores * threads_per_cpu;
+    assert_eq!(rt.capacity(), users);
     let hard = users + group.cores(); // I2 hard bound
+                                      // design.md §3, from what the test knows: opt = min(allowed cores, users), max_cids = min(opt + opt/4, cores).
+    let opt = cores.min(users);
+    let soft = (opt + opt / 4).min(group.cores());
     let occupancy = Occupancy::new(hard);
     let phase = Phases::new(users + 1);
-    let kinds = std::sync::Mutex::new(Vec::new());
+    let turn = Mutex::new(());
+    // Per thread: its core, and the (kind, CID) of every guard.
+    type Run = (usize, Vec<(CidKind, usize)>);
+    let runs: Mutex<Vec<Run>> = Mutex::new(Vec::new());
     rt.scope(|s| {
         let _breaker = phase.breaker(); // inside the scope: it must break before the scope joins
         let handles = s.spawn_per_cpu(|ctx| {
             let _breaker = phase.breaker();
             let cpu = ctx.cpu();
             phase.wait(); // everyone registered: membership is now fixed
-            drop(ctx.enter()); // every thread has entered once since the last change (steady state)
-            phase.wait();
-            let mut mine = Vec::new();
+            {
+                // Every thread enters once since the last change, one at a time: no core's CID is busy and no
+                // temporary is held, so nothing keeps a core's CID from converging below max_cids (§4.5).
+                let _turn = turn.lock().unwrap();
+                drop(ctx.enter());
+            }
+            phase.wait(); // steady state
             let mut seen = Vec::with_capacity(ROUNDS);
             for i in 0..ROUNDS {
                 let guard = ctx.enter();
@@ -178,37 +193,31 @@ fn exclusivity_run(threads_per_cpu: usize, expect: Mode) -> (Group, Vec<CidKind>
                 assert_eq!(current().unwrap().cid().map(|c| c.get()), Some(cid));
                 match guard.kind() {
                     CidKind::Core(c) => assert_eq!(c, cpu, "borrowed another core's CID"),
-                    CidKind::Task => {
-                        // Per-task steady state: compact (I2 soft) and stable (I3).
-                        assert!(cid < group.max_cids(), "CID {cid} >= max_cids {}", group.max_cids());
-                        mine.push(cid);
-                    }
-                    CidKind::Temporary => {}
+                    CidKind::Task | CidKind::Temporary => {}
                 }
                 if i % 4 == 0 {
                     std::thread::yield_now(); // let a thread on the same core find our CID busy
                 }
-                seen.push(guard.kind());
+                seen.push((guard.kind(), cid));
                 occupancy.give(cid);
                 drop(guard);
             }
-            kinds.lock().unwrap().extend(seen);
-            mine.dedup();
-            assert!(mine.len() <= 1, "per-task CID changed while membership was fixed: {mine:?} (I3)");
+            runs.lock().unwrap().push((cpu, seen));
             phase.wait(); // loops done: quiescent
             phase.wait(); // audited
         });
         phase.wait();
         phase.wait();
         assert_eq!(group.mode(), expect);
+        assert_eq!(group.max_cids(), soft, "max_cids for {users} users on {cores} of {} cores", group.cores());
         phase.wait();
         let audit = group.audit();
         assert!(audit.is_consistent(), "{audit:?}");
-        assert_eq!(group.stats().cids_in_use, audit.owners as u64, "I5");
-        match expect {
-            Mode::PerTask => assert_eq!(audit.owners, users, "one CID per registration"),
-            _ => assert!(audit.owners <= rt.cpus().len(), "at most one CID per runtime core"),
-        }
+        let owners = match expect {
+            Mode::PerTask => users, // one CID per registration
+            _ => cores,             // one CID per runtime core, each entered on (the other cores' slots are empty)
+        };
+        assert_eq!(audit.owners, owners, "{audit:?}");
         phase.wait();
         for h in handles {
             h.join().unwrap();
@@ -216,7 +225,40 @@ fn exclusivity_run(threads_per_cpu: usize, expect: Mode) -> (Group, Vec<CidKind>
     });
     assert_eq!(group.users(), 0);
     assert_eq!(group.stats().cids_in_use, 0, "I5: nothing marked once the last thread left");
-    let kinds = kinds.into_inner().unwrap();
+    let runs = runs.into_inner().unwrap();
+    assert_eq!(runs.len(), users);
+    // Steady-state checks, against the bound computed above.
+    let mut task_cids = Vec::new();
+    let mut core_cids: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for (cpu, seen) in &runs {
+        let mut mine: Vec<usize> = seen.iter().filter(|(k, _)| *k == CidKind::Task).map(|&(_, c)| c).collect();
+        mine.dedup();
+        assert!(mine.len() <= 1, "per-task CID changed while membership was fixed: {mine:?} (I3)");
+        task_cids.extend(mine);
+        core_cids
+            .entry(*cpu)
+            .or_default()
+            .extend(seen.iter().filter(|(k, _)| *k == CidKind::Core(*cpu)).map(|&(_, c)| c));
+    }
+    for (cpu, cids) in core_cids.iter_mut() {
+        cids.sort_unstable();
+        cids.dedup();
+        assert!(cids.len() <= 1, "core {cpu} lent different CIDs in steady state: {cids:?} (I3)");
+    }
+    let mut core_cids: Vec<usize> = core_cids.into_values().flatten().collect();
+    for (what, cids) in [("task", &mut task_cids), ("core", &mut core_cids)] {
+        assert!(cids.iter().all(|&c| c < soft), "{what} CIDs {cids:?} not all below max_cids {soft} (I2 soft)");
+        let n = cids.len();
+        cids.sort_unstable();
+        cids.dedup();
+        assert_eq!(cids.len(), n, "two registrations or two cores with one CID");
+    }
+    match expect {
+        Mode::PerTask => assert_eq!((task_cids.len(), core_cids.len()), (users, 0)),
+        // Every core lent its CID at least once: the first enter of the loop on a core finds it idle.
+        _ => assert_eq!((task_cids.len(), core_cids.len()), (0, cores)),
+    }
+    let kinds: Vec<CidKind> = runs.iter().flat_map(|(_, seen)| seen.iter().map(|&(k, _)| k)).collect();
     assert_eq!(kinds.len(), users * ROUNDS);
     (group, kinds)
 }
@@ -262,7 +304,6 @@ fn a_panic_propagates_through_join_and_releases_its_cid() {
     assert_eq!(group.users(), 1, "the panicking thread's registration was dropped while unwinding (I7)");
     let audit = group.audit();
     assert!(audit.is_consistent(), "{audit:?}");
-    assert_eq!(group.stats().cids_in_use, audit.owners as u64);
     assert_eq!(audit.owners, 1);
     go.send(()).unwrap();
     assert_eq!(bystander.join().unwrap(), 7);
@@ -583,55 +624,117 @@ fn dropping_the_runtime_joins_its_threads() {
     assert_eq!(kept.join().unwrap(), cpu, "a result outlives the runtime in its handle");
 }
 
+/// Runs a closure in a thread-local destructor of the calling thread: for a runtime thread, after its closure has
+/// returned and its result is in its handle, while its OS thread is still alive (joining the OS thread waits for it).
+/// The closure must not panic: a panic in a thread-local destructor aborts the process.
+struct AtExit(Option<Box<dyn FnOnce()>>);
+
+impl Drop for AtExit {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+thread_local! {
+    static AT_EXIT: std::cell::RefCell<AtExit> = const { std::cell::RefCell::new(AtExit(None)) };
+}
+
+fn at_exit(f: impl FnOnce() + 'static) {
+    AT_EXIT.with(|a| a.borrow_mut().0 = Some(Box::new(f)));
+}
+
+/// The runtime's drop, run by one of its own threads, joins the others. The other thread cannot exit before the
+/// drop is about to start (its thread-local destructor waits for the dropping thread's word), so it is still
+/// running when the drop starts; it then takes 50 ms more to exit, so a drop that returned without joining it would
+/// find its exit flag unset (unless the dropping thread itself stalled that long). A joining drop always finds it
+/// set, whatever the scheduler does.
 #[test]
 fn a_runtime_dropped_by_its_own_thread_joins_the_others() {
     let rt = Arc::new(Runtime::new().unwrap());
     let group = rt.group().clone();
-    let finished = Arc::new(AtomicBool::new(false));
-    let other = {
-        let finished = Arc::clone(&finished);
-        rt.spawn(move |_| {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            finished.store(true, Ordering::SeqCst);
-        })
-    };
+    let exited = Arc::new(AtomicBool::new(false));
+    let (dropping_tx, dropping) = mpsc::channel::<()>();
     let (go, wait) = mpsc::channel::<()>();
     let own = Arc::clone(&rt);
-    let finished2 = Arc::clone(&finished);
+    let seen = Arc::clone(&exited);
+    // Spawned first: a spawn joins the runtime's threads whose closures have returned, and `other`'s returns early.
     let last = rt.spawn(move |_| {
         wait.recv().unwrap();
+        dropping_tx.send(()).unwrap(); // `other` may exit from now on
         drop(own); // the last reference: Runtime::drop runs here, on one of its own threads
-        finished2.load(Ordering::SeqCst)
+        seen.load(Ordering::SeqCst)
+    });
+    let flag = Arc::clone(&exited);
+    let other = rt.spawn(move |_| {
+        at_exit(move || {
+            // No word in 30 s (a deadlock): leave the flag unset, for the test to fail.
+            if dropping.recv_timeout(Duration::from_secs(30)).is_ok() {
+                thread::sleep(Duration::from_millis(50));
+                flag.store(true, Ordering::SeqCst);
+            }
+        })
     });
     drop(rt);
     go.send(()).unwrap();
-    assert!(last.join().unwrap(), "the other thread was joined by the drop");
+    assert!(last.join().unwrap(), "the drop returned before the other thread had exited");
     other.join().unwrap();
     assert_eq!(group.users(), 0);
 }
 
 /// A runtime thread joining another while the runtime is dropped (review, session 3): the drop joined the
 /// threads one after another and used to fill each result only after joining it, so B, joining C, waited for a
-/// result that only the blocked drop would fill. Runs the scenario on a helper thread and fails after 20 s.
+/// result that only the blocked drop would fill. B joins C after the drop has started (the main thread's word, then
+/// a pause); whether the drop had already taken C out of the registry is then checked, not assumed: C's exit
+/// waits for B (up to 200 ms), so if C's OS thread has not exited when B's join returns, the join did not join it
+/// itself, the drop held it. An attempt that did not reach that is run again with a longer pause. Each attempt
+/// runs on a helper thread and fails after 30 s (a deadlock).
 #[test]
 fn drop_while_a_runtime_thread_joins_another() {
-    let (done_tx, done_rx) = mpsc::channel();
-    thread::spawn(move || {
-        let rt = Runtime::new().unwrap();
-        let (tx, rx) = mpsc::channel::<mmcid::JoinHandle<u32>>();
-        let b = rt.spawn(move |_| {
-            let c = rx.recv().unwrap();
-            thread::sleep(Duration::from_millis(200)); // the runtime's drop has started by now
-            c.join().unwrap()
+    const ATTEMPTS: u32 = 8;
+    for attempt in 0..ATTEMPTS {
+        let pause = Duration::from_millis(10 << attempt.min(5));
+        let (done_tx, done_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let rt = Runtime::new().unwrap();
+            let (c_tx, c_rx) = mpsc::channel::<mmcid::JoinHandle<u32>>();
+            let (dropping_tx, dropping) = mpsc::channel::<()>();
+            let (release_tx, release) = mpsc::channel::<()>();
+            let (result_tx, result) = mpsc::channel();
+            let c_exited = Arc::new(AtomicBool::new(false));
+            let seen = Arc::clone(&c_exited);
+            let b = rt.spawn(move |_| {
+                let c = c_rx.recv().unwrap();
+                dropping.recv().unwrap();
+                thread::sleep(pause); // for the drop to take C (and B) out of the registry
+                let joined = c.join().ok();
+                let drop_held_c = !seen.load(Ordering::SeqCst);
+                let _ = release_tx.send(()); // C may exit now
+                result_tx.send((joined, drop_held_c)).unwrap();
+            });
+            let c = rt.spawn(move |_| {
+                at_exit(move || {
+                    let _ = release.recv_timeout(Duration::from_millis(200));
+                    c_exited.store(true, Ordering::SeqCst);
+                });
+                7
+            });
+            c_tx.send(c).unwrap();
+            drop(b);
+            dropping_tx.send(()).unwrap();
+            drop(rt);
+            done_tx.send(result.recv().unwrap()).unwrap();
         });
-        let c = rt.spawn(|_| 7);
-        tx.send(c).unwrap();
-        drop(b);
-        thread::sleep(Duration::from_millis(50));
-        drop(rt);
-        done_tx.send(()).unwrap();
-    });
-    assert!(done_rx.recv_timeout(Duration::from_secs(20)).is_ok(), "dropping the runtime deadlocked");
+        let (joined, drop_held_c) =
+            done_rx.recv_timeout(Duration::from_secs(30)).expect("dropping the runtime deadlocked");
+        assert_eq!(joined, Some(7), "B's join of C");
+        if drop_held_c {
+            return;
+        }
+        eprintln!("attempt {attempt}: B joined C before the drop took it; again with a longer pause");
+    }
+    panic!("in {ATTEMPTS} attempts B's join never ran while the drop held C");
 }
 
 /// A runtime thread joining its own handle gets a typed error instead of a hang or std's panic (review, session

@@ -126,13 +126,18 @@ fn counter_conservation_under_churn() {
     let net = churn(&group, background, batch);
     expected.fetch_add(net, Relaxed);
     assert_eq!(counter.sum(), expected.load(Relaxed), "no add or sub lost, none counted twice");
-    // I2 hard bound: CIDs < users + cores at any time; at most 1 + 2 per batch thread users at once.
-    assert!(counter.shards_allocated() <= 1 + 2 * BATCH + group.cores(), "{counter:?}");
+    // I2 hard bound: every CID is below users + cores as its allocator saw them, so the shards (one per CID ever
+    // handed out) are at most the most users at once + cores. Users at once: the background thread's thread-local
+    // registration, and per batch thread up to 3: its thread-local one (`counter.add`), `reg`, and during
+    // `mem::replace(&mut reg, group.register())` the new one, registered before the old one is dropped. Batches
+    // do not overlap: each is joined (thread-local destructors included) before the next starts.
+    let most_users = 1 + 3 * BATCH;
+    assert!(counter.shards_allocated() <= most_users + group.cores(), "{counter:?}");
 }
 
 /// Conservation on the machine's real cores, where per-CPU adds are restartable sequences (design.md §9.2) when
-/// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (more than half of them must
-/// commit as sequences, `Stats::counter_sequences`) and, one operation in
+/// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (some of them must commit as
+/// sequences, `Stats::counter_sequences`; the share is printed) and, one operation in
 /// eight, under a guard of their own registration (`add_with`); threads
 /// re-register every round, so the group crosses into per-CPU mode (on 2 cores it goes back only at the end).
 /// The same with rseq off. It checks the whole-counter bookkeeping across both paths; the races themselves are
@@ -184,11 +189,21 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
         assert_eq!(counter.sum(), expected, "rseq {rseq}: an add or sub lost or counted twice");
         let stats = group.stats();
         assert!(stats.switches_to_per_cpu >= 1 && stats.enter_cpu_fast > 0, "rseq {rseq}: {stats:?}");
-        // Where rseq is on, most adds were sequences (not just possible ones): else this test checked only the
-        // in-place enter. Off, none is.
+        // Where rseq is on, some adds were sequences (not just possible ones): else this test checked only the
+        // in-place enter. Off, none is. No floor on the share: a sequence aborts whenever its thread is preempted
+        // or migrated inside it and then falls back to the guard path, so on a loaded machine the share depends on
+        // the scheduler (on an idle 2-core machine it is most of the adds); a regression that stops sequences from
+        // committing at all still fails here, and the printed share shows a partial one.
         let adds = threads as u64 * 4 * 100_000 * 7 / 8;
         match rseq && group.uses_rseq() {
-            true => assert!(stats.counter_sequences > adds / 2, "{adds} adds: {stats:?}"),
+            true => {
+                eprintln!(
+                    "rseq: {} of {adds} adds and subs outside add_with committed as sequences ({:.1} %)",
+                    stats.counter_sequences,
+                    100.0 * stats.counter_sequences as f64 / adds as f64
+                );
+                assert!(stats.counter_sequences > 0, "no add committed as a sequence ({adds} adds): {stats:?}");
+            }
             false => assert_eq!(stats.counter_sequences, 0, "{stats:?}"),
         }
         assert_eq!(group.users(), 0);
@@ -306,12 +321,15 @@ fn drop_drops_every_allocated_shard_exactly_once() {
     // Six nested guards: six distinct CIDs (I1), past max_cids (per-CPU mode, temporary CIDs).
     let mut regs: Vec<Registration> = (0..6).map(|_| group.register()).collect();
     let mut guards: Vec<CidGuard<'_>> = regs.iter_mut().map(|r| r.enter()).collect();
-    for _ in 0..2 {
-        for g in guards.iter_mut() {
-            let shard: *const Counted = per_cid.get_mut(g);
-            assert!(!shard.is_null());
-        }
-    }
+    // Six shards, one per guard, each made once: the second pass finds every guard's shard where the first left it.
+    let first: Vec<usize> = guards.iter_mut().map(|g| per_cid.get_mut(g) as *mut Counted as usize).collect();
+    let mut distinct = first.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 6, "six live CIDs, six shards: {first:?}");
+    let again: Vec<usize> = guards.iter_mut().map(|g| per_cid.get_mut(g) as *mut Counted as usize).collect();
+    assert_eq!(again, first, "a shard moved or was made twice");
+    assert_eq!(made.load(Relaxed), 6);
     // Other threads add shards of their own CIDs.
     thread::scope(|s| {
         for _ in 0..3 {
@@ -501,19 +519,73 @@ fn wrapping_sub_keeps_the_total_exact_and_reset_zeroes() {
     assert_eq!(counter.sum(), 4);
 }
 
+/// A `PerCid` shard for the hand-over test: a plain counter and who wrote it last (1 + thread index, 0: nobody).
+#[derive(Default)]
+struct Tally {
+    count: u64,
+    last: usize,
+}
+
 #[test]
 fn hand_over_needs_no_atomics_inside_the_guard() {
     // I8 through PerCid: threads take turns on a plain u64 per CID; with any lost hand-over the total is off.
-    let group = Group::new();
-    let mut per_cid: PerCid<u64> = PerCid::new(&group);
-    thread::scope(|s| {
-        for _ in 0..4 {
-            s.spawn(|| {
-                for _ in 0..2_000 {
-                    *per_cid.get_mut(&mut group.enter()) += 1;
-                }
-            });
-        }
+    // 4 registrations on 2 virtual cores (users 4 > max_cids 2: per-CPU mode), two threads declared on each core,
+    // so a core's CID really passes from thread to thread (a thread finding it busy takes a temporary, which other
+    // threads of that core get in turn as well). Every 16th increment yields between its read and its write, so
+    // the core's other thread runs while the CID is held. Each thread goes on past its 2000 increments until 200
+    // hand-overs (a shard last written by another thread) were seen, counted in the shards themselves: without
+    // them the total would check nothing. Not reaching them in 30 s fails the test (a deadlock detector: an idle
+    // 2-core machine sees thousands in well under a second).
+    const THREADS: usize = 4;
+    const MIN_OPS: u64 = 2_000;
+    const MIN_HAND_OVERS: usize = 200;
+    let group = Group::builder().virtual_cpus(2).build().unwrap();
+    let mut per_cid: PerCid<Tally> = PerCid::new(&group);
+    let (registered, hand_overs) = (Gate::new(THREADS), AtomicUsize::new(0));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let ops: u64 = thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (group, per_cid, registered, hand_overs) = (&group, &per_cid, &registered, &hand_overs);
+                s.spawn(move || {
+                    let mut reg = group.register();
+                    reg.set_cpu(Some(t % 2)).unwrap();
+                    registered.wait();
+                    assert_eq!(group.mode(), mmcid::Mode::PerCpu, "4 users on 2 cores");
+                    let mut i = 0u64;
+                    while i < MIN_OPS || hand_overs.load(Relaxed) < MIN_HAND_OVERS {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "{} hand-overs in 30 s",
+                            hand_overs.load(Relaxed)
+                        );
+                        let mut guard = reg.enter();
+                        let tally = per_cid.get_mut(&mut guard);
+                        let v = tally.count;
+                        if i % 16 == 0 {
+                            thread::yield_now();
+                        }
+                        tally.count = v + 1;
+                        let handed = tally.last != 0 && tally.last != t + 1;
+                        tally.last = t + 1;
+                        drop(guard);
+                        hand_overs.fetch_add(handed as usize, Relaxed);
+                        // Outside the guard for a while too: else a thread is nearly always inside its guard,
+                        // and the core's other thread nearly always finds the CID busy.
+                        thread::yield_now();
+                        i += 1;
+                    }
+                    i
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
-    assert_eq!(per_cid.iter_visited().map(|(_, n)| *n).sum::<u64>(), 8_000);
+    let stats = group.stats();
+    assert!(stats.enter_cpu_fast > 0, "no core CID was borrowed: {stats:?}");
+    // (Every thread left its loop with MIN_HAND_OVERS seen, or failed.)
+    eprintln!("hand-over test: {ops} increments, {} hand-overs, {stats:?}", hand_overs.load(Relaxed));
+    assert_eq!(per_cid.iter_visited().map(|(_, t)| t.count).sum::<u64>(), ops, "an increment was lost (I1/I8)");
+    // I2 hard bound: 4 users + 2 cores.
+    assert!(per_cid.shards_allocated() <= THREADS + 2, "{} shards", per_cid.shards_allocated());
 }

@@ -6,7 +6,7 @@ mod common;
 use common::{Occupancy, Payload};
 use mmcid::{Group, ShardedCounter};
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 /// Quiescent and empty: no user, no bit set, no owner (I5).
@@ -76,67 +76,163 @@ fn two_groups_alternating_on_one_thread() {
     assert_empty(&y);
 }
 
+/// What a job run from `run_after_the_layer` is told: whether the layer was gone when it ran, and how many
+/// destructors it was handed through first.
+#[derive(Clone, Copy, Debug)]
+struct Late {
+    layer_gone: bool,
+    hops: usize,
+}
+
+/// A job waiting in a thread-local destructor for `layer_gone()`.
+struct Pending {
+    layer_gone: Box<dyn Fn() -> bool>,
+    job: Box<dyn FnOnce(Late)>,
+    hops: usize,
+}
+
+/// A thread-local whose destructor runs a `Pending` job once the layer is gone, or hands it on to the next `Hook`.
+struct Hook(RefCell<Option<Pending>>);
+
+impl Drop for Hook {
+    fn drop(&mut self) {
+        let Some(pending) = self.0.borrow_mut().take() else { return };
+        let next = pending.hops + 1;
+        let pending = if !(pending.layer_gone)() && next < HOOKS {
+            // Not yet: a destructor registered now runs after the others where they run in registration order.
+            let mut handed = Some(Pending { hops: next, ..pending });
+            let _ = hook(next).try_with(|h| *h.0.borrow_mut() = handed.take());
+            match handed {
+                None => return, // handed on
+                Some(p) => Pending { hops: next - 1, ..p },
+            }
+        } else {
+            pending
+        };
+        let layer_gone = (pending.layer_gone)();
+        (pending.job)(Late { layer_gone, hops: pending.hops });
+    }
+}
+
+const HOOKS: usize = 3;
+
 thread_local! {
-    // Registered before the layer's own thread-locals (see the tests), so destroyed after them: thread-local
-    // destructors run in the reverse order of registration.
-    static LATE: RefCell<Option<mmcid::CidGuard<'static>>> = const { RefCell::new(None) };
-    static LATE_WORK: RefCell<Option<(Group, std::sync::Arc<ShardedCounter>)>> = const { RefCell::new(None) };
+    static HOOK0: Hook = const { Hook(RefCell::new(None)) };
+    static HOOK1: Hook = const { Hook(RefCell::new(None)) };
+    static HOOK2: Hook = const { Hook(RefCell::new(None)) };
+}
+
+fn hook(i: usize) -> &'static std::thread::LocalKey<Hook> {
+    [&HOOK0, &HOOK1, &HOOK2][i]
+}
+
+/// Registers the calling thread's first thread-local destructor; call it before anything touches the layer.
+fn arm_hook() {
+    HOOK0.with(|_| ());
+}
+
+/// Runs `job` from a thread-local destructor of the calling thread, once `layer_gone()` says that the layer's own
+/// thread-locals (parked slot, pool) are destroyed. std leaves the order of thread-local destructors unspecified;
+/// the hook armed first runs last where they run in reverse registration order (glibc, std's own list), and where
+/// they run in registration order, it hands the job to a destructor registered during destruction, which runs after
+/// the layer's. The job is told whether the layer was gone (an order that defeats both must fail the test, not pass
+/// it without reaching the path). A job must not panic: a panic in a thread-local destructor aborts the process.
+fn run_after_the_layer(layer_gone: impl Fn() -> bool + 'static, job: impl FnOnce(Late) + 'static) {
+    HOOK0.with(|h| *h.0.borrow_mut() = Some(Pending { layer_gone: Box::new(layer_gone), job: Box::new(job), hops: 0 }));
+}
+
+/// Fills the calling thread's pool with two registrations of `probe` (its parked slot then holds the second, until
+/// another group's registration evicts it to the pool as well): `probe.users()` falls to 0 exactly when the pool is
+/// destroyed at thread exit.
+fn pool_a_probe(probe: &Group) {
+    let a = probe.enter(); // new registration P1
+    let b = probe.enter(); // nested: new registration P2
+    drop(b); // P2 parked in the empty slot
+    drop(a); // the slot holds P2 of the same group: P1 goes to the pool
 }
 
 /// Drops a guard after the parked slot was closed and the pool destroyed: the registration must be unregistered by
-/// the guard itself (the closed-slot and "pool gone" paths).
+/// the guard itself (the closed-slot and "pool gone" paths), which the group's user count shows at once.
 #[test]
 fn guard_that_outlives_the_thread_locals_still_releases() {
-    let group = Group::new();
-    let g = group.clone();
+    let (group, probe) = (Group::new(), Group::new());
+    let seen = Arc::new(Mutex::new(None));
+    let (g, p, out) = (group.clone(), probe.clone(), seen.clone());
     thread::spawn(move || {
-        LATE.with(|_| ()); // registered first: destroyed last
-        drop(g.enter()); // something parked
-        let outer = g.enter(); // takes the parked registration
-        let inner = g.enter(); // a second one, from the pool path
-        LATE.with(|l| *l.borrow_mut() = Some(inner));
-        drop(outer);
-        assert_eq!(g.users(), 2);
+        arm_hook(); // before the layer's thread-locals
+        pool_a_probe(&p);
+        drop(g.enter()); // G1 takes the slot, P2 goes to the pool
+        let outer = g.enter(); // takes the parked G1
+        let inner = g.enter(); // a second one, G2, new
+        drop(outer); // G1 parked again
+        assert_eq!((g.users(), p.users()), (2, 2));
+        // The layer is gone when the slot's closer has dropped G1 (1 user left: G2, in `inner`) and the pool P1, P2.
+        let (g2, p2) = (g.clone(), p.clone());
+        run_after_the_layer(
+            move || g2.users() == 1 && p2.users() == 0,
+            move |late| {
+                drop(inner);
+                *out.lock().unwrap() = Some((late, g.users()));
+            },
+        );
     })
     .join()
     .unwrap();
+    let (late, users_after) = seen.lock().unwrap().take().expect("the late destructor ran");
+    eprintln!("late destructor: handed on {} times, layer gone: {}", late.hops, late.layer_gone);
+    assert!(late.layer_gone, "no destructor ran after the layer's ({late:?}): the closed-slot path was not reached");
+    assert_eq!(users_after, 0, "the guard's drop with the slot closed and the pool gone kept its registration");
     assert_empty(&group);
+    assert_empty(&probe);
 }
 
+/// What the enters and adds of `entering_during_thread_local_destruction` saw: the two nested CIDs, users while
+/// they were held, after they dropped, and after one more add.
+type LateWork = (Late, [mmcid::Cid; 2], usize, usize, usize);
+
 /// Enters, nests and adds from a thread-local destructor that runs after the layer's own thread-locals are gone:
-/// every registration made there must still be unregistered (I7), and every add counted.
+/// every registration made there must be unregistered by its own guard or add at once (nothing is left to park or
+/// pool it in, I7), and every add counted.
 #[test]
 fn entering_during_thread_local_destruction() {
-    struct Late;
-    impl Drop for Late {
-        fn drop(&mut self) {
-            LATE_WORK.with(|w| {
-                if let Some((group, counter)) = w.borrow_mut().take() {
-                    let outer = group.enter();
-                    let inner = group.enter();
-                    assert_ne!(outer.cid(), inner.cid());
-                    counter.add(3);
-                    drop((outer, inner));
-                    counter.add(4);
-                }
-            });
-        }
-    }
-    thread_local! {
-        static LATE_HOOK: Late = const { Late };
-    }
-    let group = Group::new();
-    let counter = std::sync::Arc::new(ShardedCounter::new(&group));
-    let (g, c) = (group.clone(), counter.clone());
+    let (group, probe) = (Group::new(), Group::new());
+    let counter = Arc::new(ShardedCounter::new(&group));
+    let seen: Arc<Mutex<Option<LateWork>>> = Arc::new(Mutex::new(None));
+    let (g, p, c, out) = (group.clone(), probe.clone(), counter.clone(), seen.clone());
     thread::spawn(move || {
-        LATE_WORK.with(|w| *w.borrow_mut() = Some((g.clone(), c.clone())));
-        LATE_HOOK.with(|_| ()); // registered before the layer's thread-locals: destroyed after them
-        counter_add_and_enter_once(&g, &c);
+        arm_hook(); // before the layer's thread-locals
+        pool_a_probe(&p);
+        counter_add_and_enter_once(&g, &c); // G1 parked (P2 to the pool)
+        assert_eq!((g.users(), p.users()), (1, 2));
+        // The layer is gone when the slot's closer has dropped G1 and the pool P1, P2.
+        let (g2, p2) = (g.clone(), p.clone());
+        run_after_the_layer(
+            move || g2.users() == 0 && p2.users() == 0,
+            move |late| {
+                let outer = g.enter();
+                let inner = g.enter();
+                let cids = [outer.cid(), inner.cid()];
+                let held = g.users();
+                c.add(3); // inside the guards: a third registration
+                drop((outer, inner));
+                let after_guards = g.users();
+                c.add(4);
+                *out.lock().unwrap() = Some((late, cids, held, after_guards, g.users()));
+            },
+        );
     })
     .join()
     .unwrap();
+    let (late, cids, held, after_guards, after_add) = seen.lock().unwrap().take().expect("the late destructor ran");
+    eprintln!("late destructor: handed on {} times, layer gone: {}", late.hops, late.layer_gone);
+    assert!(late.layer_gone, "no destructor ran after the layer's ({late:?}): the path was not reached");
+    assert_ne!(cids[0], cids[1], "nested guards share a CID");
+    assert_eq!(held, 2, "two nested guards, two new registrations");
+    assert_eq!(after_guards, 0, "a guard's drop after the layer kept its registration");
+    assert_eq!(after_add, 0, "an add after the layer kept its registration");
     assert_eq!(counter.sum(), 1 + 3 + 4);
     assert_empty(&group);
+    assert_empty(&probe);
 }
 
 fn counter_add_and_enter_once(group: &Group, counter: &ShardedCounter) {
@@ -236,10 +332,11 @@ fn churn_through_group_enter_and_counter_add() {
     }
     for i in 0..2 {
         let stats = groups[i].stats();
-        assert!(
-            stats.switches_to_per_cpu > 0 && stats.switches_to_per_task > 0,
-            "group {i} crossed the boundary both ways: {stats:?}"
-        );
+        // Every wave starts with no user (the previous wave's threads have exited, thread-locals included) and
+        // registers all 5 threads in both groups (registrations stay until thread exit): over 2 cores, so per-CPU
+        // at least once a wave, and back to per-task by the wave's end.
+        assert!(stats.switches_to_per_cpu >= WAVES as u64, "group {i}: not per-CPU in every wave: {stats:?}");
+        assert_eq!(stats.switches_to_per_cpu, stats.switches_to_per_task, "group {i}: switches do not pair: {stats:?}");
         assert_eq!(payload[i].sum(), guards_taken[i], "group {i}: lost per-CID updates (I1/I8)");
         assert!(occ[i].max_seen.load(std::sync::atomic::Ordering::SeqCst) < 2 + 5 * 2, "group {i}: hard bound");
         assert_empty(&groups[i]);
