@@ -281,8 +281,8 @@ impl Group {
     /// first use and unregistered when it exits (I7).
     ///
     /// Cost: a thread-local compare and two stores on top of [`Registration::enter`] while the thread keeps using
-    /// one group (its registration stays parked in a thread-local slot): about 53 instructions per enter+exit
-    /// against 27 for the explicit API (docs/benchmarks.md); the first call on a thread also registers it, and a
+    /// one group (its registration stays parked in a thread-local slot): about 54 instructions per enter+exit
+    /// against 28 for the explicit API (docs/benchmarks.md); the first call on a thread also registers it, and a
     /// thread alternating between groups on every call takes a pooled path (~100 instructions more). The thread's
     /// registration stays registered (it counts in [`Group::users`]) until the thread exits, calls
     /// [`Group::leave_thread`], or, once every handle of the group is dropped, next uses another group. Nested
