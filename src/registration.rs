@@ -375,6 +375,7 @@ impl Registration {
     #[cold]
     #[inline(never)]
     fn enter_after_forgotten(&mut self) -> Entered {
+        self.rec.counters.bump(Ev::Forgotten);
         self.exit_other(self.outstanding);
         self.enter_raw()
     }
@@ -710,6 +711,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         if !self.outstanding.is_nothing() {
             // A forgotten per-CPU or temporary guard: give it back as its drop would have (design.md §4.6).
+            self.rec.counters.bump(Ev::Forgotten);
             self.exit_other(self.outstanding);
         }
         self.group.inner.unregister(&self.rec, self.index);

@@ -24,6 +24,7 @@ pub(crate) enum Ev {
     Adopt,
     TransitDrop,
     Deferred,
+    Forgotten,
     SwitchToCpu,
     SwitchToTask,
     FixupWalk,
@@ -78,6 +79,10 @@ pub struct Stats {
     /// Exits in rseq groups that found the claim lock held and left their core's idle CID to its holder instead
     /// of waiting (design.md §4.1.1); what the holder's drain takes counts in `fixup_takes`.
     pub exit_deferred: u64,
+    /// Per-CPU and temporary guards that were passed to [`std::mem::forget`], found and given back at their
+    /// registration's next enter or drop (design.md §4.6). (A forgotten per-task guard needs nothing given back
+    /// and is not counted.)
+    pub guards_forgotten: u64,
     /// Bits set in the CID bitmap.
     pub bitmap_sets: u64,
     /// Bits cleared in the CID bitmap.
@@ -161,6 +166,7 @@ impl Stats {
             exit_adopt: t[Ev::Adopt as usize],
             exit_transit_drop: t[Ev::TransitDrop as usize],
             exit_deferred: t[Ev::Deferred as usize],
+            guards_forgotten: t[Ev::Forgotten as usize],
             bitmap_sets: t[Ev::BitmapSet as usize],
             bitmap_clears: t[Ev::BitmapClear as usize],
             switches_to_per_cpu: t[Ev::SwitchToCpu as usize],
@@ -198,6 +204,7 @@ mod tests {
             Ev::Adopt,
             Ev::TransitDrop,
             Ev::Deferred,
+            Ev::Forgotten,
             Ev::BitmapSet,
             Ev::BitmapClear,
             Ev::SwitchToCpu,
@@ -230,6 +237,7 @@ mod tests {
             (s.exit_adopt, n(Ev::Adopt)),
             (s.exit_transit_drop, n(Ev::TransitDrop)),
             (s.exit_deferred, n(Ev::Deferred)),
+            (s.guards_forgotten, n(Ev::Forgotten)),
             (s.bitmap_sets, n(Ev::BitmapSet)),
             (s.bitmap_clears, n(Ev::BitmapClear)),
             (s.switches_to_per_cpu, n(Ev::SwitchToCpu)),

@@ -585,6 +585,7 @@ fn i2_i5_i6_forgotten_guards_give_back_at_next_enter_or_drop() {
         // b's core CID and a's one forgotten temporary, never more.
         assert_eq!(group.stats().cids_in_use, 2, "I5 at forget {i}");
     }
+    assert_eq!(group.stats().guards_forgotten, 1 + 2999, "the borrow, then each temporary but the last");
     drop(held);
 
     // Both kinds forgotten at once, then given back by the registrations' drops.
@@ -594,6 +595,8 @@ fn i2_i5_i6_forgotten_guards_give_back_at_next_enter_or_drop() {
     std::mem::forget(t);
     assert_eq!(group.stats().cids_in_use, 2);
     drop((a, b));
+    // The loop's last temporary at a's next enter above, then the two forgotten just now at the drops.
+    assert_eq!(group.stats().guards_forgotten, 3000 + 3);
     assert_quiescent_empty(&group);
 
     // A forgotten borrow across a CPU → task switch: the next enter adopts the core's CID as the registration's
