@@ -63,10 +63,13 @@ fn churn_with(
     let draining = Arc::new(AtomicBool::new(false));
     // I2 hard bound: below users + cores, and users never exceed the workers plus the churner's 5 extras.
     let hard_bound = workers + 5 + cores;
+    // The workers' last round waits for `alongside` to have returned, so that the churn goes on after it however
+    // the threads are scheduled.
+    let side_done = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
     for w in 0..workers {
         let (group, occ, payload, guards) = (group.clone(), occ.clone(), payload.clone(), guards.clone());
-        let (gate, draining) = (gate.clone(), draining.clone());
+        let (gate, draining, side_done) = (gate.clone(), draining.clone(), side_done.clone());
         handles.push(thread::spawn(move || {
             for round in 0..rounds {
                 if round == rounds / 2 {
@@ -89,6 +92,11 @@ fn churn_with(
                     }
                     gate.wait(); // C
                     gate.wait(); // D
+                }
+                if round == rounds - 1 {
+                    while !side_done.load(SeqCst) {
+                        thread::yield_now();
+                    }
                 }
                 let mut reg = group.register();
                 if virtual_cores.is_some() {
@@ -122,8 +130,11 @@ fn churn_with(
         }));
     }
     let side = {
-        let (group, guards) = (group.clone(), guards.clone());
-        thread::spawn(move || alongside(group, guards))
+        let (group, guards, side_done) = (group.clone(), guards.clone(), side_done.clone());
+        thread::spawn(move || {
+            let _done = StopOnDrop(&side_done);
+            alongside(group, guards)
+        })
     };
     let churner = {
         let (group, stop) = (group.clone(), stop.clone());
@@ -349,7 +360,8 @@ fn i1_i8_churn_with_affinity_widening() {
     // 2 of 8 virtual cores allowed at first, widened to 4 then 8 while the workers churn: max_cids and the
     // switch-back threshold move under them.
     // Each widening waits for the workers' progress (not a timer), and records how many guards had been dropped
-    // when it was done: fewer than the run's total, so the churn went on across both widenings.
+    // when it was done: fewer than the run's total (the workers' last round waits for the widenings), so the
+    // churn went on across both.
     let group = Group::builder().virtual_cpus(8).cpus_virtual(0..2).build().unwrap();
     let widened = Arc::new(std::sync::Mutex::new(Vec::new()));
     let w = widened.clone();
@@ -359,15 +371,15 @@ fn i1_i8_churn_with_affinity_widening() {
                 thread::yield_now();
             }
             g.set_cpus_allowed(&CpuSet::virtual_set(0..upto).unwrap()).unwrap();
-            w.lock().unwrap().push((g.users(), guards.load(SeqCst)));
+            w.lock().unwrap().push(guards.load(SeqCst));
         }
     });
     assert_eq!(group.cpus().len(), 8);
     let total = group.stats().enter_task_fast + group.stats().enter_cpu_fast; // a lower bound of all guards
     let widened = widened.lock().unwrap().clone();
     assert_eq!(widened.len(), 2);
-    for (users, at) in widened {
-        assert!(users > 0 && at < total, "a widening after the churn: at {at} of at least {total} guards");
+    for at in widened {
+        assert!(at < total, "a widening after the churn: at {at} of at least {total} guards");
     }
 }
 
@@ -760,7 +772,9 @@ fn kernel_bpf_ci_fifth_thread_while_migrating() {
                 thread::spawn(move || {
                     let mut reg = group.register();
                     ready.wait();
-                    for i in 0..200 {
+                    // Registered until the switch at least: 200 enters, and on until the 5th has registered.
+                    let mut i = 0;
+                    while i < 200 || !switched.load(SeqCst) {
                         reg.set_cpu(Some((t + i) % 4)).unwrap(); // migrate every enter
                         let g = reg.enter();
                         occ.enter(g.cid().get());
@@ -775,6 +789,7 @@ fn kernel_bpf_ci_fifth_thread_while_migrating() {
                         }
                         occ.exit(g.cid().get());
                         drop(g);
+                        i += 1;
                     }
                     drop(reg);
                     done_tx.send(()).unwrap();
