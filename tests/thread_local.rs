@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Occupancy, Payload};
+use common::{Gate, Occupancy, Payload};
 use mmcid::{Group, ShardedCounter};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
@@ -294,11 +294,16 @@ fn churn_through_group_enter_and_counter_add() {
     let payload: Vec<Arc<Payload>> = (0..2).map(|_| Arc::new(Payload::new(256))).collect();
     let mut guards_taken = [0u64; 2];
     for wave in 0..WAVES {
+        let registered = Arc::new(Gate::new(THREADS));
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (groups, counters) = (groups.clone(), counters.clone());
-                let (occ, payload) = (occ.clone(), payload.clone());
+                let (occ, payload, registered) = (occ.clone(), payload.clone(), registered.clone());
                 thread::spawn(move || {
+                    // Every thread registered in both groups before anyone goes on (the registrations stay
+                    // parked until thread exit): 5 users over 2 cores, per-CPU in every wave whatever the timing.
+                    groups.iter().for_each(|g| drop(g.enter()));
+                    registered.wait();
                     let mut taken = [0u64; 2];
                     for round in 0..ROUNDS {
                         // Streaks of one group for some threads, strict alternation for others.
@@ -333,8 +338,8 @@ fn churn_through_group_enter_and_counter_add() {
     for i in 0..2 {
         let stats = groups[i].stats();
         // Every wave starts with no user (the previous wave's threads have exited, thread-locals included) and
-        // registers all 5 threads in both groups (registrations stay until thread exit): over 2 cores, so per-CPU
-        // at least once a wave, and back to per-task by the wave's end.
+        // registers all 5 threads in both groups before they go on: over 2 cores, so per-CPU at least once a wave,
+        // and back to per-task by the wave's end.
         assert!(stats.switches_to_per_cpu >= WAVES as u64, "group {i}: not per-CPU in every wave: {stats:?}");
         assert_eq!(stats.switches_to_per_cpu, stats.switches_to_per_task, "group {i}: switches do not pair: {stats:?}");
         assert_eq!(payload[i].sum(), guards_taken[i], "group {i}: lost per-CID updates (I1/I8)");
