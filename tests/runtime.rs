@@ -161,8 +161,9 @@ fn exclusivity_run(threads_per_cpu: usize, expect: Mode) -> (Group, Vec<CidKind>
     let cores = rt.cpus().len(); // the runtime's cores, which the group may use (its default: the same mask)
     let users = cores * threads_per_cpu;
     assert_eq!(rt.capacity(), users);
-    let hard = users + group.cores(); // I2 hard bound
-                                      // design.md §3, from what the test knows: opt = min(allowed cores, users), max_cids = min(opt + opt/4, cores).
+    // I2 hard bound.
+    let hard = users + group.cores();
+    // design.md §3, from what the test knows: opt = min(allowed cores, users), max_cids = min(opt + opt/4, cores).
     let opt = cores.min(users);
     let soft = (opt + opt / 4).min(group.cores());
     let occupancy = Occupancy::new(hard);
