@@ -78,7 +78,8 @@ impl ShardedCounter {
     /// Cost: an enter and exit of the group plus a load and a store on this CID's own shard; in rseq groups in
     /// per-CPU mode usually one restartable sequence instead (load, add, store; no enter, no exit). A thread that
     /// already holds a guard of the group should use [`add_with`](ShardedCounter::add_with): a nested
-    /// `Group::enter` takes a second registration. Like [`Group::enter`], not for signal handlers or a
+    /// `Group::enter` takes a second registration. Like [`Group::enter`], not for signal handlers (a handler that
+    /// interrupts the thread inside the thread-local layer is undefined behaviour, see there) or a
     /// `#[global_allocator]`, and it panics where `Group::enter` does; use [`add_with`](ShardedCounter::add_with)
     /// with a guard of a registration prepared beforehand there.
     ///

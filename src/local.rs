@@ -106,8 +106,8 @@ pub(crate) unsafe fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration)
             }
             let reg = NonNull::new(p.reg.get())?;
             // SAFETY: the parked pointer is an owned, live `Box::into_raw` registration; it stays parked, and so
-            // alive, while `f` runs: only this thread's layer takes it, and `f` does not call into the layer
-            // (the caller's contract).
+            // alive, while `f` runs: only this thread's layer takes it, `f` does not call into the layer (the
+            // caller's contract), and no signal handler does either (`Group::enter`'s documented contract).
             Some(f(unsafe { reg.as_ref() }))
         })
         .ok()
@@ -293,8 +293,11 @@ impl Group {
     /// closure, to count on [`Group::users`] right after).
     ///
     /// Not for signal handlers or a `#[global_allocator]`: a thread's first call allocates its registration, and
-    /// a handler that interrupts the thread's own `enter` can leak one. Give those a [`Registration`] of their own
-    /// and use [`Registration::enter`].
+    /// a handler that interrupts the thread inside this layer (this call, a guard's drop, [`Group::leave_thread`],
+    /// `ShardedCounter::add` or `sub`) reaches the same thread-local slot and pool as the interrupted call, so it
+    /// could free or alias the registration that call is using: undefined behaviour, which installing a handler
+    /// (an `unsafe` call) makes the installer's responsibility. Give those a [`Registration`] of their own and use
+    /// [`Registration::enter`].
     ///
     /// # Panics
     ///
@@ -312,14 +315,16 @@ impl Group {
         let reg = take(self);
         // SAFETY: `take` hands us ownership of a live `Box::into_raw` pointer; nothing else refers to it. Nothing
         // can unwind between here and the guard that takes ownership: `enter_raw` runs no user code, allocates
-        // nothing and has no panicking path (allocation of a CID spins, never fails).
+        // nothing, and its only panics are unreachable invariant checks (allocation of a CID spins, never
+        // fails); an unwind there would leak the registration, nothing worse.
         let entered = unsafe { &mut *reg.as_ptr() }.enter_raw();
         crate::CidGuard::pooled(reg, entered)
     }
 
     /// Unregisters the calling thread's pooled registrations of this group now instead of at thread exit;
     /// returns how many there were. A guard of [`Group::enter`] still live on the thread keeps its registration,
-    /// which is parked again when the guard drops: call this after dropping them.
+    /// which is parked again when the guard drops: call this after dropping them. Not for signal handlers (see
+    /// [`Group::enter`]).
     ///
     /// ```
     /// let group = mmcid::Group::new();

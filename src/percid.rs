@@ -272,7 +272,10 @@ impl<T> PerCid<T> {
         //   while `'a` borrows `self`);
         // - no other reference to it exists: only a live guard of this group (checked above) carrying this CID
         //   reaches it through `&self`, that guard is unique (I1) and mutably borrowed for `'a`, and the
-        //   `&mut self` paths cannot overlap `'a`;
+        //   `&mut self` paths cannot overlap `'a`. (The library's own CID holders without a guard, `with_cid`'s
+        //   in-place enters and rseq sequences, only touch a `ShardedCounter`'s shards, never a user `PerCid`.)
+        //   A forgotten guard (`mem::forget`) ended its borrow, and its CID goes back before this registration
+        //   enters again (design.md §4.6);
         // - the previous holder's accesses happen before ours (I8).
         Ok(unsafe { &mut **shard.as_ptr() })
     }
@@ -460,7 +463,9 @@ impl<T> Iterator for RawIter<'_, T> {
                     );
                     continue;
                 }
-                // SAFETY: `cid` lies in segment `self.seg`, whose live segment `slots` is.
+                // SAFETY: `cid` lies in segment `self.seg`, and `slots` is `shards[self.seg]`, loaded (Acquire) when
+                // the scan reached word 0 of this segment: installed before any visited bit of the segment is set,
+                // so non-null here (checked above), and it lives as long as `per_cid`.
                 let slot = unsafe { &*self.slots.add(cid - seg_base(self.seg)) };
                 // Acquire: pairs with the Release store in `install` (the shard's initialisation is visible).
                 match NonNull::new(slot.load(Acquire)) {

@@ -33,7 +33,7 @@ mod imp {
     /// support, `glibc.pthread.rseq=0`, valgrind) where it cannot be used.
     #[cfg(all(target_os = "linux", target_env = "gnu", any(target_arch = "x86_64", target_arch = "aarch64")))]
     pub(crate) mod rseq {
-        use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, Ordering::Relaxed};
+        use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU32, AtomicU64, Ordering::Relaxed};
         use std::sync::Once;
 
         /// Byte offset of `cpu_id` in `struct rseq` (after `u32 cpu_id_start`).
@@ -44,6 +44,11 @@ mod imp {
         /// Relaxed everywhere: written once by `probe` with a value derived from constants glibc set before
         /// `main`, and a reader that still sees NONE just takes the `sched_getcpu` path.
         static CPU_ID_AT: AtomicIsize = AtomicIsize::new(NONE);
+        /// Byte offset of `u64 rseq_cs` in `struct rseq`.
+        const RSEQ_CS: isize = 8;
+        /// Whether `__rseq_size` covers `rseq_cs` too, which the critical sections write (Relaxed: as `CPU_ID_AT`,
+        /// and stored before it).
+        static RSEQ_CS_COVERED: AtomicBool = AtomicBool::new(false);
 
         /// The calling thread's CPU from its rseq area; `None` until `probe` found the area, or where the thread
         /// has no registered area.
@@ -61,9 +66,10 @@ mod imp {
             usize::try_from(cpu as i32).ok()
         }
 
-        /// Whether `store_if` exists on this target (x86_64 only so far) and the area was found.
+        /// Whether `store_if` exists on this target (x86_64 only so far), the area was found, and its registered
+        /// size covers `rseq_cs`.
         pub(crate) fn critical_sections() -> bool {
-            cfg!(target_arch = "x86_64") && CPU_ID_AT.load(Relaxed) != NONE
+            cfg!(target_arch = "x86_64") && CPU_ID_AT.load(Relaxed) != NONE && RSEQ_CS_COVERED.load(Relaxed)
         }
 
         /// One restartable sequence on the calling thread's rseq area (design.md §4.1.1): if the thread runs on
@@ -137,14 +143,18 @@ mod imp {
             // __rseq_offset: where the thread's struct rseq lies.
             let area = CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID);
             // SAFETY: `area` is `__rseq_offset` (`critical_sections()` held at group build, and the offset never
-            // changes), so fs:[area] is this thread's `struct rseq`: u32 cpu_id at +4, u64 rseq_cs at +8, both
-            // ours to write per the rseq ABI (the kernel reads rseq_cs, clears it lazily). The descriptor is a
+            // changes), so fs:[area] is this thread's `struct rseq`, inside its TCB: u32 cpu_id at +4, which the
+            // kernel writes and we only read, and u64 rseq_cs at +8, which the rseq ABI has user space write (the
+            // kernel reads it, and may clear it), covered by `__rseq_size` (`probe`). A thread whose area is not
+            // registered still owns that TCB memory, and its cpu_id (-1 or -2) fails the compare. The descriptor is a
             // 32-byte aligned `struct rseq_cs` {version 0, flags 0, start_ip 4f, post_commit_offset 5f - 4f,
             // abort_ip 6f} in section __rseq_cs; the abort handler is preceded by glibc's x86 signature
             // 0x53053053 (the kernel kills the thread on a mismatch) and lies outside [4f, 5f). `mode` and `slot`
             // are live atomics of the caller's group; the commit is a plain aligned 4-byte store, which is
             // atomic on x86, and the only store between 4 and 5, as the ABI requires. Both exits disarm rseq_cs
-            // again. No stack is used.
+            // again. No stack is used. Ordering: the asm may read and write memory (no `nomem`/`readonly`), so the
+            // compiler moves no access across it, and on x86 (TSO) its loads act as Acquire and its store as
+            // Release, which is what a borrow needs (design.md §4.1.1, table §7).
             unsafe {
                 sequence!(area, cpu, mode.as_ptr(), slot.as_ptr(), expect, ["mov dword ptr [{slot}], {new:e}"],
                     new = in(reg) new,)
@@ -225,6 +235,7 @@ mod imp {
                 // SAFETY: glibc defines `__rseq_offset` as `const ptrdiff_t` and `__rseq_size` as `const unsigned
                 // int`, both set before `main` and never written again.
                 let (off, size) = unsafe { (*(off as *const isize), *(size as *const u32)) };
+                RSEQ_CS_COVERED.store(size as isize >= RSEQ_CS + 8, Relaxed);
                 if size as isize >= CPU_ID + 4 {
                     if let Some(at) = off.checked_add(CPU_ID).filter(|&at| at != NONE) {
                         CPU_ID_AT.store(at, Relaxed);

@@ -240,8 +240,9 @@ fn rseq_expected() -> bool {
     const PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
     cfg!(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))
         && !size.is_null()
-        // SAFETY: glibc defines `__rseq_size` as a `const unsigned int`.
-        && unsafe { *(size as *const u32) } >= 8
+        // SAFETY: glibc defines `__rseq_size` as a `const unsigned int`. At least 16: the area's `rseq_cs`
+        // (bytes 8..16), which the sequences arm, must be registered.
+        && unsafe { *(size as *const u32) } >= 16
         && membarrier > 0
         && membarrier & (PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ) == PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ
 }
