@@ -369,15 +369,21 @@ impl Registration {
         entered
     }
 
-    /// The last per-CPU or temporary guard of this registration never exited: it was passed to `mem::forget`.
-    /// Give back what it holds, as its drop would have, then enter again (design.md §4.6). Our E1 is undone by
+    /// Enter when the last per-CPU or temporary guard never exited: give it back first. Our E1 is undone by
     /// that exit and redone by the enter; neither matters to a walk, which skips our UNSET word.
     #[cold]
     #[inline(never)]
     fn enter_after_forgotten(&mut self) -> Entered {
+        self.give_back_forgotten();
+        self.enter_raw()
+    }
+
+    /// The last per-CPU or temporary guard of this registration never exited: it was passed to `mem::forget`.
+    /// Give back what it holds, as its drop would have (design.md §4.6).
+    #[cold]
+    fn give_back_forgotten(&mut self) {
         self.rec.counters.bump(Ev::Forgotten);
         self.exit_other(self.outstanding);
-        self.enter_raw()
     }
 
     /// Per-task or CPU → task: the registration owns its CID (design.md §4.3). By D-enter no fixup takes our word
@@ -710,9 +716,7 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         if !self.outstanding.is_nothing() {
-            // A forgotten per-CPU or temporary guard: give it back as its drop would have (design.md §4.6).
-            self.rec.counters.bump(Ev::Forgotten);
-            self.exit_other(self.outstanding);
+            self.give_back_forgotten();
         }
         self.group.inner.unregister(&self.rec, self.index);
     }
