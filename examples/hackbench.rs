@@ -30,12 +30,11 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::MAX_THREADS;
 
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, medians, overall, paired_ci, positive,
     print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, value, JsonFile, MedianCi,
-    Progress, Verdict, CI_LEVEL, POLICIES,
+    Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
 use crossbeam_utils::CachePadded;
 use mmcid::policy::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
@@ -1007,6 +1006,12 @@ mod tests {
         channel.shutdown();
         let err = reader.join().unwrap().unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
+    /// The help states the thread limit that `parse_args` enforces.
+    #[test]
+    fn usage_names_the_thread_limit() {
+        assert!(USAGE.contains(&format!("at most {MAX_THREADS}")), "{USAGE}");
     }
 
     #[test]

@@ -20,8 +20,11 @@ struct Args {
     iters: u64,
 }
 
-fn usage() -> &'static str {
-    "usage: sharded_counter [--threads N] [--iters M]   (1 ≤ N ≤ 8192 threads, M adds per thread)"
+fn usage() -> String {
+    format!(
+        "usage: sharded_counter [--threads N] [--iters M]   (1 ≤ N ≤ {} threads, M adds per thread)",
+        common::MAX_THREADS
+    )
 }
 
 fn parse() -> Result<Args, String> {

@@ -27,12 +27,11 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::MAX_THREADS;
 
 use common::{
     json_list, json_median_vs, json_num, json_paired, json_str, median, medians, paired_ci, positive,
     print_median_table, print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi,
-    Progress, Verdict, CI_LEVEL, POLICIES,
+    Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::Group;
@@ -579,6 +578,12 @@ mod tests {
         assert_eq!((cfg.policy, cfg.setups.len(), cfg.repeats, cfg.seconds), (None, 3, 11, 0.2));
         let single = parse(&["--policy", "mmcid"]).unwrap().unwrap();
         assert_eq!((single.policy, single.seconds), (Some(5), 5.0));
+    }
+
+    /// The help states the thread limit that `parse_args` enforces.
+    #[test]
+    fn usage_names_the_thread_limit() {
+        assert!(USAGE.contains(&format!("at most {MAX_THREADS} threads")), "{USAGE}");
     }
 
     #[test]

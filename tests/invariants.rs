@@ -343,11 +343,9 @@ fn i1_i8_borrows_against_preemption_and_switches() {
         assert_eq!(payload.sum(), total, "I8/I1: a plain per-CID increment was lost (rseq {rseq})");
         let s = group.stats();
         assert!(s.enter_cpu_fast > 0, "per-CPU borrows exercised: {s:?}");
-        // Per-CPU at least once (more workers than cores), and every switch there matched by one back: the
-        // quiescent empty group below is in per-task mode. (How often the rounds cross back before the end, through
-        // a moment with no user, is up to the scheduler: printed, not asserted.)
+        // Per-CPU at least once (more workers than cores). (How often the rounds cross back before the end,
+        // through a moment with no user, is up to the scheduler: printed, not asserted.)
         assert!(s.switches_to_per_cpu >= 1, "never per-CPU: {s:?}");
-        assert_eq!(s.switches_to_per_cpu, s.switches_to_per_task, "switches do not pair up: {s:?}");
         eprintln!(
             "rseq {rseq}: {} borrows, {} temporaries, {} steals, {} switches each way",
             s.enter_cpu_fast, s.enter_temporary, s.steals, s.switches_to_per_cpu
@@ -376,7 +374,9 @@ fn i1_i8_churn_with_affinity_widening() {
         }
     });
     assert_eq!(group.cpus().len(), 8);
-    let total = group.stats().enter_task_fast + group.stats().enter_cpu_fast; // a lower bound of all guards
+    let s = group.stats();
+    // Every enter counts in exactly one of these (checked in `churn_with`).
+    let total = s.enter_task_fast + s.enter_cpu_fast + s.enter_task_slow + s.enter_cpu_slow + s.enter_temporary;
     let widened = widened.lock().unwrap().clone();
     assert_eq!(widened.len(), 2);
     for at in widened {
@@ -628,6 +628,8 @@ fn i2_i5_i6_forgotten_guards_give_back_at_next_enter_or_drop() {
     let g = a.enter();
     assert_eq!((g.cid().get(), g.kind()), (0, CidKind::Task));
     drop(g);
+    let s = group.stats();
+    assert_eq!((s.guards_forgotten, s.exit_adopt, s.exit_transit_drop), (1, 1, 0), "adopted, not dropped: {s:?}");
     let audit = group.audit();
     assert!(audit.is_consistent() && audit.bits == 1, "only a's own CID: {audit:?}");
     drop(a);

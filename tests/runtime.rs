@@ -688,7 +688,7 @@ fn a_runtime_dropped_by_its_own_thread_joins_the_others() {
 /// threads one after another and used to fill each result only after joining it, so B, joining C, waited for a
 /// result that only the blocked drop would fill. B joins C after the drop has started (the main thread's word, then
 /// a pause); whether the drop had already taken C out of the registry is then checked, not assumed: C's exit
-/// waits for B (up to 200 ms), so if C's OS thread has not exited when B's join returns, the join did not join it
+/// waits for B (up to the pause plus 200 ms), so if C's OS thread has not exited when B's join returns, the join did not join it
 /// itself, the drop held it. An attempt that did not reach that is run again with a longer pause. Each attempt
 /// runs on a helper thread and fails after 30 s (a deadlock).
 #[test]
@@ -716,7 +716,8 @@ fn drop_while_a_runtime_thread_joins_another() {
             });
             let c = rt.spawn(move |_| {
                 at_exit(move || {
-                    let _ = release.recv_timeout(Duration::from_millis(200));
+                    // Longer than B's pause, so that C is still there when B's join starts.
+                    let _ = release.recv_timeout(pause + Duration::from_millis(200));
                     c_exited.store(true, Ordering::SeqCst);
                 });
                 7

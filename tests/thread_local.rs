@@ -341,7 +341,6 @@ fn churn_through_group_enter_and_counter_add() {
         // registers all 5 threads in both groups before they go on: over 2 cores, so per-CPU at least once a wave,
         // and back to per-task by the wave's end.
         assert!(stats.switches_to_per_cpu >= WAVES as u64, "group {i}: not per-CPU in every wave: {stats:?}");
-        assert_eq!(stats.switches_to_per_cpu, stats.switches_to_per_task, "group {i}: switches do not pair: {stats:?}");
         assert_eq!(payload[i].sum(), guards_taken[i], "group {i}: lost per-CID updates (I1/I8)");
         assert!(occ[i].max_seen.load(std::sync::atomic::Ordering::SeqCst) < 2 + 5 * 2, "group {i}: hard bound");
         assert_empty(&groups[i]);
