@@ -361,3 +361,14 @@ fn names() {
     assert_eq!(LazyCids::new(Scan::Visited, 1).unwrap().name(), "lazy-visited");
     assert_eq!(MmCid::new(Group::new()).name(), "mmcid");
 }
+
+/// `Policy::enter` needs a thread state of the same instance; `MmCid` checks it in debug builds (a registration of
+/// another group would enter that group's CID space, so its CID could be one this policy's guards also hold).
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "a registration of another group")]
+fn mmcid_rejects_a_registration_of_another_group_in_debug_builds() {
+    let (a, b) = (MmCid::new(Group::new()), MmCid::new(Group::new()));
+    let mut foreign = b.thread(None);
+    drop(a.enter(&mut foreign));
+}
