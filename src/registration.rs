@@ -355,17 +355,17 @@ impl Registration {
             Held::Core { .. } => Ev::CpuSlow,
             Held::Temp(_) => Ev::Temporary,
         });
-        match held {
-            Held::Task(_) => Entered::new(held),
-            _ => self.outstanding(held),
-        }
+        self.outstanding(held)
     }
 
-    /// A per-CPU or temporary guard is entered: note it until its exit (design.md §4.6).
+    /// The guard entered with `held`, noted until its exit if it is a per-CPU or temporary one (design.md §4.6;
+    /// a per-task guard needs nothing given back). Where the kind is known, inlining drops the test.
     #[inline(always)]
     fn outstanding(&mut self, held: Held) -> Entered {
         let entered = Entered::new(held);
-        self.outstanding = entered;
+        if !matches!(held, Held::Task(_)) {
+            self.outstanding = entered;
+        }
         entered
     }
 
