@@ -497,6 +497,103 @@ fn i4_convergence_both_modes() {
     assert_quiescent_empty(&group);
 }
 
+/// I2 and I4 after a shrink that leaves several survivors holding out-of-range CIDs: the survivors converge
+/// concurrently (each races the others for the low CIDs at its next enter), and once each has entered, every CID
+/// they hold at the same time is distinct and below the new `max_cids`, in both modes. (`i4_convergence_both_modes`
+/// shrinks to one survivor, where no race is possible.)
+#[test]
+fn i2_i4_several_survivors_converge_concurrently() {
+    // (cores, users before, survivors, mode after): per-task 8 → 3 on 8 cores (max 3); per-CPU 9 → 3 on 4 cores
+    // (max 3, thrs 2: stays per-CPU, and the cores that owned CID 3 must converge).
+    for (cores, before, keep, mode) in [(8, 8, 3, Mode::PerTask), (4, 9, 3, Mode::PerCpu)] {
+        let group = sim(cores);
+        let mut regs: Vec<_> = (0..before).map(|_| group.register()).collect();
+        for (i, r) in regs.iter_mut().enumerate() {
+            r.set_cpu(Some(i % cores)).unwrap();
+            drop(r.enter());
+        }
+        // The survivors are the last registered: in per-task mode they own the highest CIDs.
+        let survivors = regs.split_off(before - keep);
+        drop(regs);
+        assert_eq!((group.mode(), group.max_cids()), (mode, keep), "{cores} cores, {before} → {keep}");
+        let gate = Arc::new(Gate::new(keep));
+        let handles: Vec<_> = survivors
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut reg)| {
+                let gate = gate.clone();
+                reg.set_cpu(Some((cores - 1 - i) % cores)).unwrap();
+                thread::spawn(move || {
+                    gate.wait();
+                    for _ in 0..100 {
+                        drop(reg.enter()); // the racing convergence
+                    }
+                    gate.wait();
+                    let g = reg.enter();
+                    let cid = g.cid().get();
+                    gate.wait(); // every survivor holds its guard now
+                    gate.wait();
+                    drop(g);
+                    (cid, reg)
+                })
+            })
+            .collect();
+        let held: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let mut cids: Vec<_> = held.iter().map(|(c, _)| *c).collect();
+        cids.sort_unstable();
+        cids.dedup();
+        assert_eq!(cids.len(), keep, "I1: survivors held the same CID at once: {held:?}");
+        assert!(cids.iter().all(|&c| c < keep), "I2: a CID not below max_cids {keep}: {cids:?} ({mode:?})");
+        // Per-task: each survivor owned a CID ≥ 3; per-CPU: core 3 owned CID 3 (lowest-first at the switch).
+        let converged = group.stats().enter_converge;
+        assert!(converged >= if mode == Mode::PerTask { keep as u64 } else { 1 }, "{mode:?}: {converged} converged");
+        drop(held);
+        assert_quiescent_empty(&group);
+    }
+}
+
+/// Dossier §9.4, "virtual, not physical": CIDs are numbered from 0 whatever the allowed cores' numbers. A group
+/// allowed only cores 4..8 of 8 hands out CIDs 0.. in per-task mode and its cores own CIDs below `max_cids` (never
+/// a CPU number) in per-CPU mode; a real group on CPU 1 alone hands out CID 0.
+#[test]
+fn cids_are_virtual_not_cpu_numbers() {
+    let group = Group::builder().virtual_cpus(8).cpus_virtual(4..8).build().unwrap();
+    let mut regs: Vec<_> = (0..2).map(|_| group.register()).collect();
+    let cids: Vec<_> = regs.iter_mut().map(|r| r.enter().cid().get()).collect();
+    assert_eq!(cids, [0, 1], "per-task");
+    // 6 users on 4 allowed cores: opt 4, max_cids 5, per-CPU.
+    regs.extend((0..4).map(|_| group.register()));
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 5));
+    for (i, r) in regs.iter_mut().enumerate() {
+        r.set_cpu(Some(4 + i % 4)).unwrap();
+    }
+    for _ in 0..3 {
+        for r in regs.iter_mut() {
+            let g = r.enter();
+            assert!(matches!(g.kind(), CidKind::Core(c) if (4..8).contains(&c)), "{:?}", g.kind());
+            assert!(g.cid().get() < 5, "per-CPU: CID {} on core {:?} is not below max_cids 5", g.cid(), g.kind());
+        }
+    }
+    drop(regs);
+    assert_quiescent_empty(&group);
+
+    let Ok(one) = CpuSet::from_cpus([1]) else { return }; // a 1-CPU machine, or CPU 1 outside our affinity
+    let group = Group::builder().cpus(one).build().unwrap();
+    let cid = thread::scope(|s| {
+        s.spawn(|| {
+            if core_affinity::set_for_current(core_affinity::CoreId { id: 1 }) {
+                Some(group.register().enter().cid().get())
+            } else {
+                None
+            }
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(matches!(cid, Some(0) | None), "real group on CPU 1: {cid:?}");
+    assert_quiescent_empty(&group);
+}
+
 /// I5: at quiescence the bitmap count equals the owners: registrations in per-task mode, cores in per-CPU mode.
 #[test]
 fn i5_accounting_both_modes() {
@@ -633,6 +730,68 @@ fn i2_i5_i6_forgotten_guards_give_back_at_next_enter_or_drop() {
     let audit = group.audit();
     assert!(audit.is_consistent() && audit.bits == 1, "only a's own CID: {audit:?}");
     drop(a);
+    assert_quiescent_empty(&group);
+}
+
+/// I1, I5 with a per-task guard passed to `mem::forget`: the registration then counts as a holder descheduled
+/// inside its guard for good. A task → CPU walk skips its word (it is "running"), so it keeps its CID in per-CPU
+/// mode, as a real long-running holder would, until its next enter gives the word up (the per-CPU enter of an
+/// owning registration goes the slow way) or its drop releases it. The drop case is the closest user-space
+/// analogue of kernel fix 1e83ccd5921a: the holder's own departure runs the switch back while the word the walk
+/// skipped still holds a CID. A forgotten borrow given back by the drop after a switch back to per-task mode ends
+/// the test.
+#[test]
+fn i1_i5_forgotten_per_task_guards_across_switches() {
+    // 2 cores: 3 users switch to per-CPU, and only the last drop switches back (thrs 1).
+    for via_enter in [true, false] {
+        let group = sim(2);
+        let mut a = group.register();
+        a.set_cpu(Some(0)).unwrap();
+        let g = a.enter();
+        let own = g.cid();
+        assert_eq!(g.kind(), CidKind::Task);
+        std::mem::forget(g);
+        let mut others: Vec<_> = (0..2).map(|_| group.register()).collect();
+        assert_eq!(group.mode(), Mode::PerCpu);
+        assert_eq!(a.cid(), Some(own), "the walk skipped a's word: its guard still 'runs'");
+        let audit = group.audit();
+        assert!(audit.is_consistent(), "{audit:?}");
+        // The other users enter on both cores while a holds its CID: exclusivity against the skipped word.
+        for (i, r) in others.iter_mut().enumerate() {
+            r.set_cpu(Some(i)).unwrap();
+            let g = r.enter();
+            assert_ne!(g.cid(), own, "I1: user {i} got the CID a's forgotten guard holds");
+            drop(g);
+        }
+        if via_enter {
+            let g = a.enter();
+            assert_ne!(g.kind(), CidKind::Task, "per-CPU mode: a borrows or takes a temporary");
+            drop(g);
+            assert_eq!(a.cid(), None, "the next enter gave the word up");
+            let audit = group.audit();
+            assert!(audit.is_consistent(), "{audit:?}");
+            assert_eq!(audit.owners as u64, group.stats().cids_in_use, "{audit:?}");
+        }
+        drop(others);
+        assert_eq!(group.mode(), Mode::PerCpu, "thrs 1: a alone keeps the group per-CPU");
+        drop(a);
+        assert_quiescent_empty(&group);
+    }
+
+    // A forgotten borrow given back by the drop after the group switched back to per-task mode.
+    // 4 cores, 5 users: per-CPU; back to per-task below thrs = 2 users.
+    let group = sim(4);
+    let mut a = group.register();
+    a.set_cpu(Some(1)).unwrap();
+    let others: Vec<_> = (0..4).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let g = a.enter();
+    assert_eq!(g.kind(), CidKind::Core(1));
+    std::mem::forget(g);
+    drop(others);
+    assert_eq!(group.mode(), Mode::PerTask);
+    drop(a);
+    assert_eq!(group.stats().guards_forgotten, 1);
     assert_quiescent_empty(&group);
 }
 
