@@ -30,6 +30,10 @@ const MAX_CHUNKS: usize = 1024;
 const MAX_CHUNKS: usize = 2;
 /// The largest number of CIDs a group can ever hand out.
 pub(crate) const MAX_BITS: usize = CHUNK_BITS * MAX_CHUNKS;
+/// Debug builds: failed scans in a row after which `get` reports a leak instead of spinning on (about a second
+/// of spinning on a full chunk; a lost race costs one scan, so only a full bitmap gets here). Smaller in the unit
+/// tests, which trip it on purpose.
+const WATCHDOG_SCANS: u32 = if cfg!(test) { 1 << 12 } else { 1 << 22 };
 
 /// One lane of a chunk, on its own 128-byte line (two 64-byte lines: adjacent-line prefetch pairs them).
 #[repr(align(128))]
@@ -213,13 +217,34 @@ impl Bitmap {
     /// Lock-free: a retry happens only when another thread's allocation won the race. Never fails while the
     /// ownership invariant (design.md §2.4) holds, because the bitmap has at least one more bit than there can be
     /// other owners.
+    ///
+    /// Debug builds have the watchdog the dossier asks for (§12): a leak past the bound (a bug: safe code cannot
+    /// cause one) would otherwise show only as an `enter` that spins for ever, so after `WATCHDOG_SCANS` failed
+    /// scans in a row they panic with what the bitmap holds. Release builds keep spinning: a lost race is
+    /// always followed by a free bit.
     pub(crate) fn get(&self) -> u32 {
+        let mut failed = 0u32;
         loop {
             if let Some(cid) = self.try_get(usize::MAX) {
                 return cid;
             }
+            failed += 1;
+            if cfg!(debug_assertions) && failed == WATCHDOG_SCANS {
+                self.exhausted();
+            }
             spin_loop();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn exhausted(&self) -> ! {
+        panic!(
+            "mmcid: no free CID after {WATCHDOG_SCANS} scans ({} of {} marked): a CID leaked past the users + cores \
+             bound (design.md §2.4, I5); please report this",
+            self.count(),
+            self.capacity()
+        )
     }
 
     /// Takes a CID for a temporary on core `cpu`: the lowest free one of the core's lane if it is below `bound`
@@ -446,6 +471,18 @@ mod tests {
             assert_eq!(b.get_near(0, 10), 1, "lanes {lanes}");
             assert_eq!(b.count(), 66);
         }
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "no free CID after 4096 scans (1024 of 1024 marked)")]
+    fn a_full_bitmap_trips_the_watchdog() {
+        let b = Bitmap::new(2);
+        assert!(b.grow(1));
+        for c in 0..1024 {
+            assert_eq!(b.get(), c);
+        }
+        b.get();
     }
 
     #[test]
