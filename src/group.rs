@@ -257,7 +257,10 @@ impl Group {
         self.inner.users.load(Ordering::Relaxed)
     }
 
-    /// The current compactness bound: in steady state every CID handed out is below it (I2).
+    /// The current compactness bound (I2): in steady state every CID a registration or a core owns, and so every
+    /// per-task and per-CPU guard's CID, is below it. A temporary CID (a guard whose core's CID was held by a
+    /// thread descheduled inside its guard, [`CidKind::Temporary`](crate::CidKind::Temporary)) is only below the
+    /// hard bound `users + cores`.
     pub fn max_cids(&self) -> usize {
         self.inner.max_cids()
     }
@@ -302,8 +305,14 @@ impl Group {
     }
 
     /// Widens the cores the group may use (`nr_cpus_allowed` grows only, as in the kernel). If the group is in
-    /// per-CPU mode and the wider set lowers the switch-back threshold below `users`, the group switches back to
+    /// per-CPU mode and the wider set raises the switch-back threshold above `users`, the group switches back to
     /// per-task mode before this returns (the kernel defers this through irq_work; we hold no scheduler lock).
+    ///
+    /// Unlike the kernel's, the set is what the user declares, not the union of the threads' affinities: call this
+    /// when the group's threads may run on more cores. A thread entering on a core outside the set stays correct
+    /// (I1), but in per-CPU mode that core's CID is usually out of range, so its enters converge by taking an idle
+    /// in-range CID from another core ([`Stats::steals`]; in a group with restartable sequences each steal is a
+    /// `membarrier` system call) and its CID does not stay stable (I3).
     ///
     /// ```
     /// let group = mmcid::Group::builder().virtual_cpus(4).cpus_virtual([0]).build()?;
@@ -404,7 +413,8 @@ impl std::fmt::Debug for Group {
 }
 
 impl GroupBuilder {
-    /// The cores the group may use (default: the calling thread's affinity mask).
+    /// The cores the group may use (default: the calling thread's affinity mask). Threads should run on these
+    /// only; widen with [`Group::set_cpus_allowed`] (what a thread outside them costs is described there).
     pub fn cpus(mut self, cpus: CpuSet) -> Self {
         // The last call that sets the cores wins, a rejected one included.
         (self.cpus, self.invalid) = (Some(cpus), None);

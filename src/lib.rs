@@ -2,7 +2,8 @@
 //!
 //! A user-space counterpart of the Linux kernel's rseq `mm_cid`: every thread of a [`Group`] that holds a
 //! [`CidGuard`] carries a concurrency ID ([`Cid`]) that no other live guard of the group holds, kept below
-//! `min(cores the group may use, threads in the group)` in steady state, so per-CPU style sharded data
+//! about `min(cores the group may use, threads in the group)` in steady state ([`Group::max_cids`]: up to 25 %
+//! more before the group switches to per-core ownership, and temporary CIDs aside), so per-CPU style sharded data
 //! ([`PerCid`], [`ShardedCounter`]) can be indexed by it, sized by real concurrency, and touched without atomic
 //! read-modify-writes.
 //!
@@ -34,7 +35,8 @@
 //! `membarrier` on the rare side and compiler fences on the hot side where the kernel allows it.
 //!
 //! Every ordering is model-checked with loom (`loom-tests/`; the restartable sequences are modelled, not run),
-//! each model with a mutant that loom rejects. The
+//! each protected ordering with a mutant that loom rejects (one, F4's Release, only in a litmus copy: no model of
+//! the real code needs it, `docs/loom.md`). The
 //! state machines, state tables and the table of every atomic access are in `docs/design.md`.
 //!
 //! ## Invariants

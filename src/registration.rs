@@ -182,8 +182,12 @@ impl Registration {
         Registration { group, rec, index, cpu: None, outstanding: Entered::NOTHING }
     }
 
-    /// Takes a CID for the life of the returned guard (≈ schedule-in). Never blocks and never waits for another
-    /// thread (I6).
+    /// Takes a CID for the life of the returned guard (≈ schedule-in). Never waits for another thread (I6): it
+    /// takes no lock (the claim lock of a steal only with `try_lock`), and its loops are lock-free, retrying only
+    /// when another thread's allocation won a race (design.md §2.4 has the one momentary exception). The per-task
+    /// and per-CPU fast paths make no system call; two rare paths issue one `membarrier`, which the kernel
+    /// completes without waiting for the group's threads: taking an idle CID from another core in a group with
+    /// restartable sequences, and giving back a guard passed to `mem::forget`.
     #[inline(always)]
     pub fn enter(&mut self) -> CidGuard<'_> {
         let entered = self.enter_raw();

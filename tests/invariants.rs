@@ -594,6 +594,46 @@ fn cids_are_virtual_not_cpu_numbers() {
     assert_quiescent_empty(&group);
 }
 
+/// A thread entering on a core outside the group's allowed set (the set is declared, not the union of the
+/// threads' affinities; `Group::set_cpus_allowed` documents the cost): its core's CID is out of range in per-CPU
+/// mode, so each of its enters takes an idle in-range CID from another core, exclusively (I1) and below
+/// `max_cids` (I2). Once the set is widened to where it runs, its core keeps a CID of its own and the steals stop.
+#[test]
+fn threads_outside_the_allowed_set_steal_until_it_is_widened() {
+    // 4 virtual cores, 2 allowed; 3 users > max_cids 2: per-CPU (thrs 1).
+    let group = Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).build().unwrap();
+    let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 2));
+    for (r, cpu) in regs.iter_mut().zip([0, 1, 3]) {
+        r.set_cpu(Some(cpu)).unwrap();
+    }
+    let rounds = 20;
+    let enter_all = |regs: &mut Vec<mmcid::Registration>, max: usize| {
+        for _ in 0..rounds {
+            for r in regs.iter_mut() {
+                let g = r.enter();
+                assert!(g.cid().get() < max, "I2: CID {} on {:?}, max_cids {max}", g.cid(), g.kind());
+            }
+        }
+    };
+    enter_all(&mut regs, 2);
+    let steals = group.stats().steals;
+    // Core 3 steals at each of its enters, and the core it stole from steals back at its next one.
+    assert!(steals >= rounds as u64, "{steals} steals in {rounds} rounds");
+
+    // Widened to all 4: opt 3, max_cids 3, thrs 2 (still per-CPU); core 3 converges once, then stays.
+    group.set_cpus_allowed(&CpuSet::virtual_set([2, 3]).unwrap()).unwrap();
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 3));
+    enter_all(&mut regs, 3);
+    let more = group.stats().steals - steals;
+    assert!(more <= 1, "{more} steals after widening");
+    let cids: Vec<_> = regs.iter_mut().map(|r| r.enter().cid()).collect();
+    let again: Vec<_> = regs.iter_mut().map(|r| r.enter().cid()).collect();
+    assert_eq!(cids, again, "I3: each core keeps its CID once the set covers it");
+    drop(regs);
+    assert_quiescent_empty(&group);
+}
+
 /// I5: at quiescence the bitmap count equals the owners: registrations in per-task mode, cores in per-CPU mode.
 #[test]
 fn i5_accounting_both_modes() {
