@@ -20,7 +20,8 @@ use std::fmt;
 ///
 /// Memory follows real concurrency: shards are allocated on first use of a CID and kept until the counter
 /// drops, and in steady state CIDs stay below [`Group::max_cids`] (I2), so there are as many as the most CIDs in
-/// use at once — at most the number of cores the group may use — where a thread-id keyed counter has one per
+/// use at once — at most about the number of cores the group may use (`max_cids` allows up to 25 % more before a
+/// group switches to per-core ownership) — where a thread-id keyed counter has one per
 /// thread that ever counted. Without rseq, a thread descheduled inside an update makes the next thread on its
 /// core take a temporary CID, which may add a shard beyond `max_cids` (never beyond the group's hard CID bound);
 /// so may guards of the group's other users.
@@ -76,7 +77,11 @@ impl ShardedCounter {
     /// registered on first use and unregistered at thread exit).
     ///
     /// Cost: an enter and exit of the group plus a load and a store on this CID's own shard; in rseq groups in
-    /// per-CPU mode usually one restartable sequence instead (load, add, store; no enter, no exit). A thread that
+    /// per-CPU mode usually one restartable sequence instead (load, add, store; no enter, no exit). That needs the
+    /// thread's parked registration to be of this counter's group: a thread alternating `add`s between counters of
+    /// two groups takes the thread-local pool's slow path at every call (about 5 times slower, no sequences; see
+    /// [`Group::enter`]), so give such a thread a [`Registration`](crate::Registration) per group and use
+    /// [`add_with`](ShardedCounter::add_with). A thread that
     /// already holds a guard of the group should use [`add_with`](ShardedCounter::add_with): a nested
     /// `Group::enter` takes a second registration. Like [`Group::enter`], not for signal handlers (a handler that
     /// interrupts the thread inside the thread-local layer is undefined behaviour, see there) or a
@@ -195,7 +200,9 @@ impl ShardedCounter {
     /// - each update running concurrently is included entirely or not at all (it is a single store), and of one
     ///   shard's updates the included ones are a prefix of that shard's history;
     /// - shards are read one after another, so the result may include a later update on one shard and miss an
-    ///   earlier one on another, and with concurrent subtractions it may be a total the counter never held.
+    ///   earlier one on another: it may be a total the counter never held, additions only included (5 added on
+    ///   one shard, then 3 on another, can read as 3). With additions only it is at least every total the
+    ///   counter held before the call and at most every total it holds after.
     ///
     /// Cost: one load per 64 CIDs of the visited bitmask plus one per allocated shard — never one per possible
     /// CPU.
