@@ -626,7 +626,7 @@ fn run_one(policy: usize, run: &Run) -> Result<((Duration, Usage), Option<mmcid:
 // Reporting
 
 fn main() {
-    let cfg = match parse_args(common::args()) {
+    let cfg = match common::args().and_then(|words| parse_args(words.into_iter())) {
         Ok(Some(cfg)) => cfg,
         Ok(None) => return,
         Err(e) => {

@@ -390,7 +390,7 @@ fn json_seconds(seconds: f64) -> String {
 }
 
 fn main() {
-    let cfg = match parse_args(common::args()) {
+    let cfg = match common::args().and_then(|words| parse_args(words.into_iter())) {
         Ok(Some(c)) => c,
         Ok(None) => return,
         Err(e) => {

@@ -8,12 +8,25 @@
 /// request is a usage error, not a failed spawn halfway through.
 pub const MAX_THREADS: usize = 8192;
 
-/// The command-line words after the program name, with `--flag=value` split into `--flag` and `value`.
-pub fn args() -> impl Iterator<Item = String> {
-    std::env::args().skip(1).flat_map(|a| match a.split_once('=') {
-        Some((k, v)) if k.starts_with("--") => vec![k.to_string(), v.to_string()],
-        _ => vec![a],
-    })
+/// The command-line words after the program name, with `--flag=value` split into `--flag` and `value`; an error
+/// naming the first word that is not valid UTF-8 (every option and value here is text).
+pub fn args() -> Result<Vec<String>, String> {
+    split_args(std::env::args_os().skip(1))
+}
+
+/// [`args`] over any words.
+fn split_args(words: impl Iterator<Item = std::ffi::OsString>) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (i, word) in words.enumerate() {
+        let word = word
+            .into_string()
+            .map_err(|bad| format!("argument {} ({:?}) is not valid UTF-8", i + 1, bad.to_string_lossy()))?;
+        match word.split_once('=') {
+            Some((k, v)) if k.starts_with("--") => out.extend([k.to_string(), v.to_string()]),
+            _ => out.push(word),
+        }
+    }
+    Ok(out)
 }
 
 /// The value following `flag`, or an error naming the flag.
@@ -458,6 +471,18 @@ fn milestone(done: usize, total: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--flag=value` splits; a word that is not UTF-8 is an error naming it, not a panic.
+    #[test]
+    fn args_split_and_reject_non_utf8() {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        let words = |w: &[&str]| w.iter().map(OsString::from).collect::<Vec<_>>().into_iter();
+        assert_eq!(split_args(words(&["--json=a=b", "-g", "x=y"])).unwrap(), ["--json", "a=b", "-g", "x=y"]);
+        let bad = vec![OsString::from("-g"), OsString::from_vec(vec![b'a', 0xff])];
+        let e = split_args(bad.into_iter()).unwrap_err();
+        assert!(e.contains("argument 2") && e.contains("not valid UTF-8"), "{e}");
+    }
 
     /// A log gets the first run and about one line per tenth: at most 11 lines, the last run included when the
     /// runs divide into tenths.
