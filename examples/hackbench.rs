@@ -70,7 +70,8 @@ usage: hackbench [options]
       --guard WHAT       io: the guard spans each message's read/write system call (default), so a thread
                          blocked in the call keeps its CID; update: the guard spans only the per-CID update
                          (a CID only while running, as in the kernel)
-      --json FILE        write the results as JSON (the file is created before the run)
+      --json FILE        write the results as JSON (checked before the run; written at the end as FILE.tmp,
+                         then renamed, so a failed run leaves an earlier FILE as it was)
   -h, --help             this text
 
 A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts).
@@ -634,7 +635,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // Created before the run, so that an unwritable path is reported at once.
+    // Checked before the run, so that an unwritable path is reported at once; written at the end.
     let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
     let cpus: Vec<usize> = if cfg.pin {
         match CpuSet::current() {

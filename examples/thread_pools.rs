@@ -55,7 +55,8 @@ usage: thread_pools [options]
       --virtual-cpus N   mmcid group (and lazy core slots) with N simulated cores instead of the machine's
                          (at most 65536, mmcid's limit)
       --repeats N        runs per policy in --compare, interleaved (default 11; 5 or more for a 90% CI)
-      --json FILE        write the results as JSON (the file is created before the run)
+      --json FILE        write the results as JSON (checked before the run; written at the end as FILE.tmp,
+                         then renamed, so a failed run leaves an earlier FILE as it was)
   -h, --help             this text
 
 pools x (threads + 1) is at most 8192 threads at once (each pool thread and its short-lived threads).
@@ -398,7 +399,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // Created before the run, so that an unwritable path is reported at once.
+    // Checked before the run, so that an unwritable path is reported at once; written at the end.
     let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 

@@ -377,29 +377,41 @@ pub fn json_median_vs(prefix: &str, median_key: &str, m: f64, base: f64, decimal
     format!("\"{prefix}{median_key}\":{},\"{prefix}vs_none_pct\":{}", json_num(m, decimals), json_num(pct(m, base), 3))
 }
 
-/// The `--json` output file, created (or truncated) before the benchmark runs so that an unwritable path is
-/// reported at once rather than after the whole run.
+/// The `--json` output file. Checked before the run (a new file can be made beside it, and it is not a directory),
+/// written only at the end: into `FILE.tmp`, which is then renamed over `FILE`, so a run that fails or is killed
+/// leaves an earlier `FILE` as it was.
 #[derive(Debug)]
 pub struct JsonFile {
-    path: String,
-    file: std::fs::File,
+    path: std::path::PathBuf,
+    tmp: std::path::PathBuf,
 }
 
 impl JsonFile {
-    /// Creates or truncates `path`; the error names the path.
+    /// Checks that `path` can be written (by making and removing `path.tmp`); the error names the path.
     pub fn create(path: &str) -> Result<JsonFile, String> {
-        match std::fs::File::create(path) {
-            Ok(file) => Ok(JsonFile { path: path.to_string(), file }),
-            Err(e) => Err(format!("cannot write {path}: {e}")),
+        if path.is_empty() {
+            return Err("--json: an empty file name".into());
         }
+        let file = JsonFile { path: path.into(), tmp: format!("{path}.tmp").into() };
+        if file.path.is_dir() {
+            return Err(format!("cannot write {path}: it is a directory"));
+        }
+        std::fs::File::create(&file.tmp)
+            .and_then(|_| std::fs::remove_file(&file.tmp))
+            .map_err(|e| format!("cannot write {path} (tried {path}.tmp): {e}"))?;
+        Ok(file)
     }
 
-    /// Writes `body` as the whole file.
-    pub fn write(mut self, body: &str) -> Result<(), String> {
+    /// Writes `body` as the whole file: into `FILE.tmp`, then renamed over `FILE`. On an error the temporary is
+    /// removed and `FILE` is left as it was.
+    pub fn write(self, body: &str) -> Result<(), String> {
         use std::io::Write;
-        self.file.write_all(body.as_bytes()).and_then(|()| self.file.flush()).map_err(|e| {
-            let path = &self.path;
-            format!("cannot write {path}: {e}")
+        let written = std::fs::File::create(&self.tmp)
+            .and_then(|mut f| f.write_all(body.as_bytes()).and_then(|()| f.sync_all()))
+            .and_then(|()| std::fs::rename(&self.tmp, &self.path));
+        written.map_err(|e| {
+            let _ = std::fs::remove_file(&self.tmp);
+            format!("cannot write {}: {e}", self.path.display())
         })
     }
 }
@@ -630,19 +642,36 @@ mod tests {
         assert_eq!(json_list(&[], 2), "");
     }
 
+    /// The path is checked up front but written only at the end, through `FILE.tmp`: until then (a run that
+    /// fails) an earlier file is untouched, and no temporary is left either way.
     #[test]
-    fn json_file_is_created_up_front_and_errors_name_the_path() {
+    fn json_file_is_checked_up_front_and_replaced_at_the_end() {
         let dir = std::env::temp_dir().join(format!("mmcid-json-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("out.json");
+        let tmp = dir.join("out.json.tmp");
         let path = path.to_str().unwrap();
+        std::fs::write(path, "earlier\n").unwrap();
         let file = JsonFile::create(path).unwrap();
-        assert_eq!(std::fs::read_to_string(path).unwrap(), "", "created before anything is written");
-        file.write("{\"a\":1}\n").unwrap();
+        assert_eq!(std::fs::read_to_string(path).unwrap(), "earlier\n", "checking does not touch the file");
+        assert!(!tmp.exists(), "the probe is removed");
+        drop(file); // a run that failed: nothing written
+        assert_eq!(std::fs::read_to_string(path).unwrap(), "earlier\n");
+        JsonFile::create(path).unwrap().write("{\"a\":1}\n").unwrap();
         assert_eq!(std::fs::read_to_string(path).unwrap(), "{\"a\":1}\n");
+        assert!(!tmp.exists(), "renamed, not copied");
         let missing = dir.join("no-such-dir").join("out.json");
         let e = JsonFile::create(missing.to_str().unwrap()).unwrap_err();
         assert!(e.starts_with("cannot write ") && e.contains("no-such-dir"), "{e}");
+        let e = JsonFile::create(dir.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        assert!(JsonFile::create("").is_err());
+        // A write that fails (the target became a directory) leaves no temporary behind.
+        let file = JsonFile::create(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        std::fs::create_dir(path).unwrap();
+        assert!(file.write("x").is_err());
+        assert!(!tmp.exists(), "the temporary is removed after a failed rename");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
