@@ -74,7 +74,9 @@ usage: hackbench [options]
                          then renamed, so a failed run leaves an earlier FILE as it was)
   -h, --help             this text
 
-A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts).
+A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts). It
+needs as many file descriptors (the channels' ends) plus 32 for the process: checked against the soft limit
+(ulimit -n) before the run; and each thread holds one message buffer of -s bytes: at most 1 GiB of buffers in all.
 
 Every message sent and every message received happens inside a guard of the policy, which updates the
 per-CID shard of the guard's CID (mmcid: mmcid::PerCid; others: a cache-padded array indexed by the CID).
@@ -101,6 +103,28 @@ took 36-43 s there.
 
 /// The largest message (`-s`): every worker holds one buffer of this size.
 const MAX_DATASIZE: usize = 1 << 20;
+
+/// The most bytes of message buffers a run may hold: threads × `-s` (e.g. 1024 threads of 1 MiB messages).
+const MAX_BUFFER_BYTES: usize = 1 << 30;
+
+/// Descriptors a run may need besides its channels: standard streams, the `--json` file, the runtime's own.
+const RESERVED_FDS: usize = 32;
+
+/// File descriptors a run of `groups` groups needs: one per channel end (2 × fds × groups) plus
+/// [`RESERVED_FDS`]; saturating (the thread limit keeps real counts small).
+fn descriptors_needed(groups: usize, fds: usize) -> usize {
+    groups.saturating_mul(fds).saturating_mul(2).saturating_add(RESERVED_FDS)
+}
+
+/// The soft limit on open files (RLIMIT_NOFILE), `u64::MAX` for none or when it cannot be read.
+fn descriptor_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        return u64::MAX;
+    }
+    lim.rlim_cur
+}
 
 /// Messages (sent + received) and bytes of one run of `groups` groups, as counted in the per-CID data; None when
 /// either overflows a u64 (or the loop counts a usize).
@@ -134,8 +158,9 @@ struct Config {
     guard_io: bool,
 }
 
-/// Parses the command line; `Ok(None)` means `--help` was printed.
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, String> {
+/// Parses the command line; `Ok(None)` means `--help` was printed. `fd_limit` is the soft limit on open files
+/// ([`descriptor_limit`]; a parameter so that tests do not depend on the machine's).
+fn parse_args(args: impl Iterator<Item = String>, fd_limit: u64) -> Result<Option<Config>, String> {
     let (mut groups, mut fds, mut loops, mut size) = (None, None, None, 100);
     let (mut pipe, mut pin, mut compare, mut guard_io) = (false, false, false, true);
     let (mut policy, mut groups_list, mut repeats, mut json) = (None, None, 9, None);
@@ -198,6 +223,21 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
     }
     if size > MAX_DATASIZE {
         return Err(format!("-s {size}: messages of at most {MAX_DATASIZE} bytes (1 MiB)"));
+    }
+    let buffers = threads.saturating_mul(size);
+    if buffers > MAX_BUFFER_BYTES {
+        return Err(format!(
+            "-s {size} × {threads} threads = {buffers} bytes of message buffers (one per thread): at most \
+             {MAX_BUFFER_BYTES} (1 GiB)"
+        ));
+    }
+    let needed = descriptors_needed(max_groups, fds);
+    if needed as u64 > fd_limit {
+        return Err(format!(
+            "{max_groups} groups × {fds} fds need {needed} file descriptors (2 × fds × groups channel ends + \
+             {RESERVED_FDS}), but the limit on open files (ulimit -n) is {fd_limit}: raise it or run fewer groups \
+             or fds"
+        ));
     }
     if run_totals(max_groups, fds, loops, size).is_none() {
         return Err(format!(
@@ -627,7 +667,7 @@ fn run_one(policy: usize, run: &Run) -> Result<((Duration, Usage), Option<mmcid:
 // Reporting
 
 fn main() {
-    let cfg = match common::args().and_then(|words| parse_args(words.into_iter())) {
+    let cfg = match common::args().and_then(|words| parse_args(words.into_iter(), descriptor_limit())) {
         Ok(Some(cfg)) => cfg,
         Ok(None) => return,
         Err(e) => {
@@ -928,7 +968,7 @@ mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
-        parse_args(words.iter().map(|w| w.to_string()))
+        parse_args(words.iter().map(|w| w.to_string()), u64::MAX)
     }
 
     #[test]
@@ -1044,14 +1084,33 @@ mod tests {
 
     #[test]
     fn limits_are_inclusive() {
-        let cfg = parse(&["-s", "1048576", "-g", "4096", "-f", "1", "-l", "1000000000"]).unwrap().unwrap();
-        assert_eq!((cfg.size, cfg.groups, cfg.fds), (MAX_DATASIZE, vec![4096], 1));
+        let cfg = parse(&["-s", "131072", "-g", "4096", "-f", "1", "-l", "1000000000"]).unwrap().unwrap();
+        assert_eq!((cfg.size, cfg.groups, cfg.fds), (128 << 10, vec![4096], 1), "8192 × 128 KiB = 1 GiB");
+        let e = parse(&["-s", "131073", "-g", "4096", "-f", "1"]).unwrap_err();
+        assert!(e.contains("1073750016 bytes") && e.contains("1073741824"), "{e}");
+        let cfg = parse(&["-s", "1048576", "-g", "512", "-f", "1"]).unwrap().unwrap();
+        assert_eq!(cfg.size, MAX_DATASIZE, "1024 threads × 1 MiB = 1 GiB");
+        assert!(parse(&["-s", "1048576", "-g", "4096", "-f", "1"]).is_err(), "8 GiB of buffers");
         let e = parse(&["-g", "4097", "-f", "1"]).unwrap_err();
         assert!(e.contains("8194 threads") && e.contains("8192"), "{e}");
         let e = parse(&["-s", "1048577"]).unwrap_err();
         assert!(e.contains("1048576"), "{e}");
         assert_eq!(run_totals(1, 2, 9_223_372_036_854_775_808, 1), None);
         assert_eq!(run_totals(2, 3, 4, 5), Some((2 * 2 * 3 * 3 * 4, 2 * 2 * 3 * 3 * 4 * 5)));
+    }
+
+    /// The descriptors of the largest group count are checked against the limit on open files, inclusively,
+    /// and the error names the numbers.
+    #[test]
+    fn descriptors_are_checked_against_the_limit() {
+        let words = |w: &[&str]| w.iter().map(|w| w.to_string()).collect::<Vec<_>>().into_iter();
+        let list = ["--groups-list", "1,16,4", "-f", "20"];
+        assert_eq!(descriptors_needed(16, 20), 2 * 16 * 20 + RESERVED_FDS);
+        assert!(parse_args(words(&list), 640 + RESERVED_FDS as u64).is_ok());
+        let e = parse_args(words(&list), 671).unwrap_err();
+        assert!(e.contains("16 groups × 20 fds need 672 file descriptors") && e.contains("is 671"), "{e}");
+        assert!(parse_args(words(&["-g", "1", "-f", "1"]), 1024).is_ok());
+        assert!(descriptor_limit() > 0);
     }
 
     /// A tiny run of every policy, both guard placements, sockets and pipes: `run_policy` checks that every

@@ -4,8 +4,11 @@
 //! example of its own.
 #![allow(dead_code)]
 
-/// The most threads an example starts at once, well under the usual limits on threads and descriptors: a larger
-/// request is a usage error, not a failed spawn halfway through.
+/// The most threads an example starts at once: a larger request is a usage error, not a failed spawn halfway
+/// through. It is below the usual limits on threads (`kernel.threads-max`, `pid_max`), but not below every limit
+/// an example can reach with it: `hackbench` needs one descriptor per thread (2 × fds × groups channel ends), more
+/// than the common soft limit of 1024 at this many threads, and one message buffer per thread, so it checks
+/// RLIMIT_NOFILE and bounds the buffers' total itself.
 pub const MAX_THREADS: usize = 8192;
 
 /// The command-line words after the program name, with `--flag=value` split into `--flag` and `value`; an error
