@@ -270,6 +270,10 @@ trait Bench: Policy + Sized + 'static {
     type Data: Send + Sync;
     /// Per-CID data with room for every CID the policy can hand out in this run.
     fn data(&self, cids: usize) -> Self::Data;
+    /// The most CIDs the policy may hold with no guard alive (the lazy policies keep one per core slot, over every
+    /// core the threads visit, not only the cores a CPU quota grants): the per-CID data's room above the thread
+    /// count and the bound of the check after the run.
+    fn idle_cids(&self) -> usize;
     fn record(data: &Self::Data, guard: &mut Self::Guard<'_>, bytes: usize);
     /// Messages and bytes over all shards (after every worker joined).
     fn totals(data: &mut Self::Data) -> (u64, u64);
@@ -304,11 +308,14 @@ impl Slots {
 }
 
 macro_rules! slots_bench {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $idle:path),*) => {$(
         impl Bench for $t {
             type Data = Slots;
             fn data(&self, cids: usize) -> Slots {
                 Slots::new(cids)
+            }
+            fn idle_cids(&self) -> usize {
+                $idle(self)
             }
             #[inline]
             fn record(data: &Slots, guard: &mut Self::Guard<'_>, bytes: usize) {
@@ -320,12 +327,20 @@ macro_rules! slots_bench {
         }
     )*};
 }
-slots_bench!(NoCid, MutexCids, BitmapCids, LazyCids);
+/// No CID held without a guard (`none`, `mutex`, `bitmap`).
+fn no_idle_cids<P>(_: &P) -> usize {
+    0
+}
+
+slots_bench!(NoCid: no_idle_cids, MutexCids: no_idle_cids, BitmapCids: no_idle_cids, LazyCids: LazyCids::cores);
 
 impl Bench for MmCid {
     type Data = PerCid<Shard>;
     fn data(&self, _cids: usize) -> PerCid<Shard> {
         PerCid::new(self.group())
+    }
+    fn idle_cids(&self) -> usize {
+        self.group().cores()
     }
     #[inline]
     fn record(data: &PerCid<Shard>, guard: &mut mmcid::CidGuard<'_>, bytes: usize) {
@@ -528,10 +543,11 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usa
     let (expect, expect_bytes) =
         run_totals(groups, fds, loops, size).ok_or_else(|| format!("{groups} groups: message count overflows"))?;
     let io_inside = cfg.guard_io;
-    let cores =
-        run.cpus.iter().max().map_or(1, |m| m + 1).max(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // Every CID stays below the guards held at once (at most `tasks`) plus the CIDs the policy keeps idle
+    // (mmcid::policy), whatever CPU quota the process runs under.
+    let idle = policy.idle_cids();
     let policy = Arc::new(policy);
-    let data = Arc::new(policy.data(tasks + cores + 64));
+    let data = Arc::new(policy.data(tasks + idle));
     let start = Arc::new(Start::default());
     let mut handles = Vec::with_capacity(tasks);
     let mut spawn_error = None;
@@ -639,7 +655,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usa
     if msgs != expect || bytes != expect_bytes {
         return Err(format!("per-CID data lost updates: {msgs} messages, expected {expect}"));
     }
-    if policy.cids_in_use() > cores {
+    if policy.cids_in_use() > idle {
         return Err(format!("{}: {} CIDs still in use after the run", policy.name(), policy.cids_in_use()));
     }
     Ok((elapsed, usage))
@@ -1111,6 +1127,24 @@ mod tests {
         assert!(e.contains("16 groups × 20 fds need 672 file descriptors") && e.contains("is 671"), "{e}");
         assert!(parse_args(words(&["-g", "1", "-f", "1"]), 1024).is_ok());
         assert!(descriptor_limit() > 0);
+    }
+
+    /// A lazy policy keeps one idle CID per core slot its threads used, over every core they ran on, which a CPU
+    /// quota (`available_parallelism`) does not bound: 64 slots used beforehand must neither overflow the per-CID
+    /// data nor read as CIDs left in use after the run.
+    #[test]
+    fn idle_lazy_cids_on_many_cores_are_not_a_failure() {
+        use mmcid::policy::LazyConfig;
+        let cfg = parse(&["-f", "2", "-l", "20"]).unwrap().unwrap();
+        let config = LazyConfig { cores: 64, period: Duration::from_secs(3600), ..LazyConfig::new(Scan::All, 8) };
+        let policy = LazyCids::with_config(config).unwrap();
+        for cpu in 0..64 {
+            let mut t = policy.thread(Some(cpu));
+            drop(policy.enter(&mut t));
+        }
+        assert_eq!(policy.cids_in_use(), 64);
+        let result = run_policy(policy, &Run { groups: 2, cfg: &cfg, cpus: &[] });
+        assert!(result.is_ok(), "{result:?}");
     }
 
     /// A tiny run of every policy, both guard placements, sockets and pipes: `run_policy` checks that every

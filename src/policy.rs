@@ -432,6 +432,11 @@ impl LazyCids {
         })
     }
 
+    /// Number of core slots (threads map to `cpu % cores`): the most CIDs the policy keeps with no guard alive.
+    pub fn cores(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Compaction scans run so far.
     pub fn scans(&self) -> u64 {
         self.scans.load(Relaxed)
