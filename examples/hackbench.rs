@@ -42,7 +42,7 @@ use mmcid::{CpuSet, Group, PerCid};
 use std::cell::UnsafeCell;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -56,8 +56,7 @@ usage: hackbench [options]
   -f, --fds N            senders and receivers per group (default 20; compare default 10)
   -l, --loops N          messages each sender writes to each receiver (default 100; compare default 800)
   -s, --datasize N       message size in bytes (default 100; at most 1048576 = 1 MiB)
-  -p, --pipe             pipes instead of socket pairs (an I/O error then leaves the run waiting: a pipe
-                         cannot be shut from the failing thread the way a socket is)
+  -p, --pipe             pipes instead of socket pairs
   -T, --threads          threads mode (the only mode; accepted for compatibility)
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
       --compare          run every policy of --policies for each group count of --groups-list (default when
@@ -75,7 +74,7 @@ usage: hackbench [options]
   -h, --help             this text
 
 A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts). It
-needs as many file descriptors (the channels' ends) plus 32 for the process: checked against the soft limit
+needs as many file descriptors (the channels' ends) plus one per group and 32 for the process: checked against the soft limit
 (ulimit -n) before the run; and each thread holds one message buffer of -s bytes: at most 1 GiB of buffers in all.
 
 Every message sent and every message received happens inside a guard of the policy, which updates the
@@ -110,10 +109,10 @@ const MAX_BUFFER_BYTES: usize = 1 << 30;
 /// Descriptors a run may need besides its channels: standard streams, the `--json` file, the runtime's own.
 const RESERVED_FDS: usize = 32;
 
-/// File descriptors a run of `groups` groups needs: one per channel end (2 × fds × groups) plus
-/// [`RESERVED_FDS`]; saturating (the thread limit keeps real counts small).
+/// File descriptors a run of `groups` groups needs: one per channel end (2 × fds × groups), one shut socket per
+/// group (`Channels`), plus [`RESERVED_FDS`]; saturating (the thread limit keeps real counts small).
 fn descriptors_needed(groups: usize, fds: usize) -> usize {
-    groups.saturating_mul(fds).saturating_mul(2).saturating_add(RESERVED_FDS)
+    groups.saturating_mul(fds).saturating_mul(2).saturating_add(groups).saturating_add(RESERVED_FDS)
 }
 
 /// The soft limit on open files (RLIMIT_NOFILE), `u64::MAX` for none or when it cannot be read.
@@ -235,7 +234,7 @@ fn parse_args(args: impl Iterator<Item = String>, fd_limit: u64) -> Result<Optio
     if needed as u64 > fd_limit {
         return Err(format!(
             "{max_groups} groups × {fds} fds need {needed} file descriptors (2 × fds × groups channel ends + \
-             {RESERVED_FDS}), but the limit on open files (ulimit -n) is {fd_limit}: raise it or run fewer groups \
+             groups + {RESERVED_FDS}), but the limit on open files (ulimit -n) is {fd_limit}: raise it or run fewer groups \
              or fds"
         ));
     }
@@ -385,12 +384,27 @@ impl Channel {
         }
     }
 
-    /// Shuts both directions of a socket pair, so blocked readers see end-of-file and writers an error; a pipe
-    /// is left as it is.
-    fn shutdown(&self) {
-        if let Channel::Socket { rx, tx } = self {
-            let _ = rx.shutdown(std::net::Shutdown::Both);
-            let _ = tx.shutdown(std::net::Shutdown::Both);
+    /// Shuts the channel so that blocked readers see end-of-file and writers an error: both directions of a
+    /// socket pair; a pipe, which cannot be shut, gets the shut socket `dead` put in place of both its ends.
+    ///
+    /// For a pipe, `dup2` swaps the file behind each descriptor number atomically, so no thread sees a closed or
+    /// reused number: from then on reads return end-of-file and writes an error. A thread already blocked in a
+    /// read or write of the pipe keeps the pipe's end open until it returns: a reader then sees end-of-file once
+    /// the writers in flight have returned, and a writer blocked on a full pipe gets an error at once, since the
+    /// read end is closed (no reader is ever blocked on a full pipe).
+    fn shutdown(&self, dead: &UnixStream) {
+        match self {
+            Channel::Socket { rx, tx } => {
+                let _ = rx.shutdown(std::net::Shutdown::Both);
+                let _ = tx.shutdown(std::net::Shutdown::Both);
+            }
+            Channel::Pipe { rx, tx } => {
+                for end in [rx.as_raw_fd(), tx.as_raw_fd()] {
+                    // SAFETY: both descriptors are open for the channel's whole life (the File owns `end` and
+                    // `dead` is borrowed); dup2 only changes which file `end` names, and the File still owns it.
+                    unsafe { libc::dup2(dead.as_raw_fd(), end) };
+                }
+            }
         }
     }
 
@@ -398,6 +412,46 @@ impl Channel {
         match self {
             Channel::Socket { rx, .. } => (&*rx).read_exact(buf),
             Channel::Pipe { rx, .. } => (&*rx).read_exact(buf),
+        }
+    }
+}
+
+/// One group's channels, and a socket shut in both directions to put in place of a pipe's ends when the group
+/// fails (`Channel::shutdown`).
+struct Channels {
+    list: Vec<Channel>,
+    dead: UnixStream,
+}
+
+impl Channels {
+    /// `fds` channels (pipes or socket pairs) plus the shut socket: 2 × fds + 1 descriptors.
+    fn new(fds: usize, pipe: bool) -> std::io::Result<Channels> {
+        let list = (0..fds).map(|_| Channel::new(pipe)).collect::<std::io::Result<Vec<_>>>()?;
+        let (dead, peer) = UnixStream::pair()?;
+        drop(peer);
+        dead.shutdown(std::net::Shutdown::Both)?;
+        Ok(Channels { list, dead })
+    }
+
+    /// Shuts every channel of the group (see `Channel::shutdown`), so that no peer waits for ever.
+    fn shutdown(&self) {
+        self.list.iter().for_each(|c| c.shutdown(&self.dead));
+    }
+}
+
+/// Shuts a group's channels when its worker unwinds after go (a panic, e.g. in a policy's `enter`), and records
+/// the failure: its peers blocked on the channels then see end-of-file or an error instead of waiting for ever,
+/// every join returns, and the run reports the panic.
+struct ShutOnPanic<'a> {
+    start: &'a Start,
+    channels: &'a Channels,
+}
+
+impl Drop for ShutOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.start.failed("a worker panicked after go".into());
+            self.channels.shutdown();
         }
     }
 }
@@ -552,7 +606,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usa
     let mut handles = Vec::with_capacity(tasks);
     let mut spawn_error = None;
     'spawn: for _ in 0..groups {
-        let channels: Vec<Channel> = match (0..fds).map(|_| Channel::new(cfg.pipe)).collect() {
+        let channels = match Channels::new(fds, cfg.pipe) {
             Ok(c) => c,
             Err(e) => {
                 spawn_error = Some(format!("cannot create a channel: {e}"));
@@ -574,17 +628,18 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usa
                 if !report.ready_and_wait(pinned) {
                     return Ok(()); // this or another worker failed: the recorded failure says which
                 }
-                // An I/O error ends this worker: record it, then shut the group's sockets so that its peers
-                // blocked on them see end-of-file instead of waiting forever (pipes cannot be shut from here).
+                let _shut_on_panic = ShutOnPanic { start: &start, channels: &channels };
+                // An I/O error ends this worker: record it, then shut the group's channels so that its peers
+                // blocked on them see end-of-file or an error instead of waiting for ever.
                 let fail = |e: std::io::Error| {
                     start.failed(format!("worker I/O error: {e}"));
-                    channels.iter().for_each(Channel::shutdown);
+                    channels.shutdown();
                     e
                 };
                 let mut buf = vec![0x5a_u8; size];
                 if role < fds {
                     // Receiver `role`: F × L messages from its own channel (two loops: no product to overflow).
-                    let channel = &channels[role];
+                    let channel = &channels.list[role];
                     for _ in 0..fds {
                         for _ in 0..loops {
                             if io_inside {
@@ -600,7 +655,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usa
                 } else {
                     // Sender: L rounds of one message to every receiver of the group.
                     for _ in 0..loops {
-                        for channel in channels.iter() {
+                        for channel in channels.list.iter() {
                             if io_inside {
                                 let mut guard = policy.enter(&mut thread);
                                 P::record(&data, &mut guard, size);
@@ -1047,22 +1102,99 @@ mod tests {
         assert_eq!(first.first_failure.get().map(String::as_str), Some("first"));
     }
 
-    /// The shutdown that an I/O error triggers releases a reader blocked on the group's socket.
+    /// Starts `f()` on another thread; the returned wait gives its result, or an error if it has not returned
+    /// 20 s after the wait began (so that a call that waits for ever fails the test instead of hanging it).
+    fn spawn_bounded<T: Send + 'static>(
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> impl FnOnce() -> Result<T, &'static str> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        move || rx.recv_timeout(Duration::from_secs(20)).map_err(|_| "still waiting after 20 s")
+    }
+
+    /// `f()` on another thread, given at most 20 s.
+    fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, &'static str> {
+        spawn_bounded(f)()
+    }
+
+    /// The shutdown that a failed worker triggers releases a reader blocked on the group's socket or pipe, and
+    /// makes later writes fail.
     #[test]
     fn shutdown_releases_a_blocked_reader() {
-        let channel = Arc::new(Channel::new(false).unwrap());
-        if let Channel::Socket { rx, .. } = &*channel {
-            // Without the shutdown the read ends in a timeout error, not end-of-file: the test fails, never hangs.
-            rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for pipe in [false, true] {
+            let channels = Arc::new(Channels::new(1, pipe).unwrap());
+            let reader = {
+                let channels = Arc::clone(&channels);
+                spawn_bounded(move || channels.list[0].read_exact(&mut [0u8; 8]))
+            };
+            std::thread::sleep(Duration::from_millis(50)); // let it block (the test holds either way)
+            channels.shutdown();
+            let err = reader().unwrap().unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "pipe {pipe}");
+            assert!(channels.list[0].write_all(&[1]).is_err(), "pipe {pipe}");
         }
-        let reader = {
-            let channel = Arc::clone(&channel);
-            std::thread::spawn(move || channel.read_exact(&mut [0u8; 8]))
+    }
+
+    /// A writer blocked on a full pipe whose reader is gone gets an error from the shutdown.
+    #[test]
+    fn shutdown_releases_a_writer_blocked_on_a_full_pipe() {
+        let channels = Arc::new(Channels::new(1, true).unwrap());
+        let writer = {
+            let channels = Arc::clone(&channels);
+            spawn_bounded(move || channels.list[0].write_all(&vec![0u8; 1 << 20]))
+            // more than a pipe holds
         };
-        std::thread::sleep(Duration::from_millis(50)); // let it block (the test holds either way)
-        channel.shutdown();
-        let err = reader.join().unwrap().unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+        std::thread::sleep(Duration::from_millis(50));
+        channels.shutdown();
+        assert!(writer().unwrap().is_err());
+    }
+
+    /// The baseline's CIDs, but the `at`-th enter (over all threads, from 0) panics: a worker failing after go.
+    struct PanicAt {
+        inner: NoCid,
+        at: usize,
+        enters: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Policy for PanicAt {
+        type Thread = <NoCid as Policy>::Thread;
+        type Guard<'a> = <NoCid as Policy>::Guard<'a>;
+        fn name(&self) -> &'static str {
+            "panic-at"
+        }
+        fn thread(&self, cpu: Option<usize>) -> Self::Thread {
+            self.inner.thread(cpu)
+        }
+        fn enter<'a>(&'a self, thread: &'a mut Self::Thread) -> Self::Guard<'a> {
+            if self.enters.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == self.at {
+                panic!("injected panic at enter {}", self.at);
+            }
+            self.inner.enter(thread)
+        }
+        fn cids_in_use(&self) -> usize {
+            0
+        }
+    }
+
+    slots_bench!(PanicAt: no_idle_cids);
+
+    /// A worker that panics after go (here in the first enter, or the 500th) shuts its group's channels: its
+    /// peers see end-of-file or an error instead of waiting for ever for its messages, and the run returns the
+    /// failure. Messages of 64 KiB, 40 per receiver: far more than a socket or pipe buffers, so without the
+    /// shutdown a receiver waits for a dead sender, or senders for a dead receiver, whichever role panics.
+    #[test]
+    fn a_worker_panicking_after_go_fails_the_run_instead_of_hanging_it() {
+        for (at, words) in [(0, &["-f", "2", "-l", "20", "-s", "65536"][..]), (500, &["-f", "4", "-l", "80", "--pipe"])]
+        {
+            for pipe in [false, true] {
+                let mut cfg = parse(words).unwrap().unwrap();
+                cfg.pipe = pipe;
+                let policy = PanicAt { inner: NoCid::new(), at, enters: Default::default() };
+                let result = within(move || run_policy(policy, &Run { groups: 2, cfg: &cfg, cpus: &[] }));
+                let e = result.unwrap_or_else(|e| panic!("at {at}, pipe {pipe}: {e}")).unwrap_err();
+                assert_eq!(e, "a worker panicked after go", "at {at}, pipe {pipe}");
+            }
+        }
     }
 
     /// The help states the thread limit that `parse_args` enforces.
@@ -1121,10 +1253,10 @@ mod tests {
     fn descriptors_are_checked_against_the_limit() {
         let words = |w: &[&str]| w.iter().map(|w| w.to_string()).collect::<Vec<_>>().into_iter();
         let list = ["--groups-list", "1,16,4", "-f", "20"];
-        assert_eq!(descriptors_needed(16, 20), 2 * 16 * 20 + RESERVED_FDS);
-        assert!(parse_args(words(&list), 640 + RESERVED_FDS as u64).is_ok());
-        let e = parse_args(words(&list), 671).unwrap_err();
-        assert!(e.contains("16 groups × 20 fds need 672 file descriptors") && e.contains("is 671"), "{e}");
+        assert_eq!(descriptors_needed(16, 20), 2 * 16 * 20 + 16 + RESERVED_FDS);
+        assert!(parse_args(words(&list), 656 + RESERVED_FDS as u64).is_ok());
+        let e = parse_args(words(&list), 687).unwrap_err();
+        assert!(e.contains("16 groups × 20 fds need 688 file descriptors") && e.contains("is 687"), "{e}");
         assert!(parse_args(words(&["-g", "1", "-f", "1"]), 1024).is_ok());
         assert!(descriptor_limit() > 0);
     }
