@@ -190,8 +190,67 @@ struct Pool {
 
 #[derive(Default)]
 struct Counts {
+    /// Threads of this round checked in and not yet out.
     cnt: usize,
+    /// Threads of this round the pool has let go and that have not left yet.
     die: usize,
+    /// Threads of this round that panicked (each counted here instead of in `cnt`).
+    gone: usize,
+    /// Threads of this pool that panicked, over all rounds.
+    panicked: u64,
+}
+
+/// A short-lived thread's place in its pool's round. Dropping it checks the thread out: normally after its exit,
+/// and also when the thread unwinds from a panic anywhere before (a policy's `thread` or `enter`), so that the
+/// pool's waits still end and the run reports the panic instead of waiting for ever.
+struct Member<'a> {
+    pool: &'a Pool,
+    checked_in: bool,
+}
+
+impl Member<'_> {
+    /// Checks in with the pool (the C benchmark's `cnt++`).
+    fn check_in(&mut self) {
+        let mut s = lock(self.pool);
+        s.cnt += 1;
+        self.checked_in = true;
+        self.pool.cond.notify_all();
+    }
+
+    /// Waits until the pool lets one thread go, and takes that place.
+    fn wait_for_die(&self) {
+        let mut s = lock(self.pool);
+        while s.die == 0 {
+            s = self.pool.cond.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.die -= 1;
+    }
+}
+
+impl Drop for Member<'_> {
+    fn drop(&mut self) {
+        let mut s = lock(self.pool);
+        if self.checked_in {
+            s.cnt -= 1;
+        }
+        if std::thread::panicking() {
+            s.gone += 1;
+            s.panicked += 1;
+        }
+        self.pool.cond.notify_all();
+    }
+}
+
+/// Lets a pool's threads go for good if the pool thread itself unwinds (a panic): none of them waits for ever.
+struct ReleaseOnPanic<'a>(&'a Pool);
+
+impl Drop for ReleaseOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            lock(self.0).die = usize::MAX;
+            self.0.cond.notify_all();
+        }
+    }
 }
 
 /// Result of one run.
@@ -224,6 +283,7 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Res
             std::thread::Builder::new().spawn(move || {
                 drop(gate.read().unwrap_or_else(|e| e.into_inner())); // wait for go
                 let pool = Arc::new(Pool::default());
+                let _release = ReleaseOnPanic(&pool);
                 let (mut created, mut failures, mut spawn_ns) = (0u64, 0u64, 0u128);
                 // At least one round, however late the pool thread first runs (a loaded machine), so every run
                 // measures something.
@@ -233,29 +293,20 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Res
                         let (policy, pool) = (Arc::clone(&policy), Arc::clone(&pool));
                         let t0 = Instant::now();
                         let spawned = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
+                            let mut member = Member { pool: &pool, checked_in: false };
                             let mut me = policy.thread(None); // ≈ fork
                             {
                                 let g = policy.enter(&mut me); // ≈ first schedule-in
                                 black_box(g.cid());
-                                let mut s = lock(&pool);
-                                s.cnt += 1;
-                                pool.cond.notify_all();
+                                member.check_in();
                             }
-                            {
-                                let mut s = lock(&pool);
-                                while s.die == 0 {
-                                    s = pool.cond.wait(s).unwrap_or_else(|e| e.into_inner());
-                                }
-                                s.die -= 1;
-                            }
+                            member.wait_for_die();
                             {
                                 let g = policy.enter(&mut me); // ≈ wake-up
                                 black_box(g.cid());
                             }
                             drop(me); // ≈ exit
-                            let mut s = lock(&pool);
-                            s.cnt -= 1;
-                            pool.cond.notify_all();
+                            drop(member); // checks out
                         });
                         spawn_ns += t0.elapsed().as_nanos();
                         match spawned {
@@ -264,7 +315,8 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Res
                         }
                     }
                     let mut s = lock(&pool);
-                    while s.cnt < started {
+                    // Every thread of the round checked in, or panicked (then it counts as gone instead).
+                    while s.cnt + s.gone < started {
                         s = pool.cond.wait_timeout(s, Duration::from_secs(1)).unwrap_or_else(|e| e.into_inner()).0;
                     }
                     s.die = started;
@@ -272,15 +324,18 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Res
                     while s.cnt > 0 {
                         s = pool.cond.wait(s).unwrap_or_else(|e| e.into_inner());
                     }
+                    // Every thread of the round has left: what a panicked one did not take is nobody's.
+                    (s.die, s.gone) = (0, 0);
+                    let panicked = s.panicked;
+                    drop(s);
                     created += started as u64;
                     if started == 0 {
                         std::thread::sleep(Duration::from_millis(10)); // spawning fails: don't spin
                     }
-                    if stop.load(Ordering::Relaxed) {
-                        break;
+                    if stop.load(Ordering::Relaxed) || panicked > 0 {
+                        break (created, failures, spawn_ns, panicked);
                     }
                 }
-                (created, failures, spawn_ns)
             })
         };
         match spawned {
@@ -299,12 +354,23 @@ fn run_policy<P: Policy + 'static>(policy: P, setup: Setup, seconds: f64) -> Res
     drop(closed); // go
     std::thread::sleep(Duration::from_secs_f64(seconds));
     stop.store(true, Ordering::Relaxed);
-    let (mut created, mut failures, mut spawn_ns) = (0u64, 0u64, 0u128);
+    let (mut created, mut failures, mut spawn_ns, mut panicked, mut pools_panicked) = (0u64, 0u64, 0u128, 0, 0);
     for p in pools {
-        let (c, f, ns) = p.join().unwrap_or_default();
-        created += c;
-        failures += f;
-        spawn_ns += ns;
+        match p.join() {
+            Ok((c, f, ns, pn)) => {
+                created += c;
+                failures += f;
+                spawn_ns += ns;
+                panicked += pn;
+            }
+            Err(_) => pools_panicked += 1,
+        }
+    }
+    if panicked + pools_panicked > 0 {
+        return Err(format!(
+            "{panicked} short-lived thread(s) and {pools_panicked} pool thread(s) panicked (the panic message is \
+             above)"
+        ));
     }
     let elapsed = start.elapsed().as_secs_f64();
     Ok(Outcome {
@@ -568,6 +634,7 @@ fn json_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
 
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
         parse_args(words.iter().map(|w| w.to_string()))
@@ -626,6 +693,71 @@ mod tests {
                     assert!(to_cpu >= 1 && to_task >= 1, "{out:?}");
                 }
             }
+        }
+    }
+
+    /// The baseline's CIDs, but the `thread_at`-th `thread` or the `enter_at`-th `enter` (over all threads, from
+    /// 0) panics: a short-lived thread failing in the middle of a run.
+    struct PanicAt {
+        inner: NoCid,
+        thread_at: usize,
+        enter_at: usize,
+        threads: AtomicUsize,
+        enters: AtomicUsize,
+    }
+
+    impl PanicAt {
+        fn new(thread_at: usize, enter_at: usize) -> PanicAt {
+            PanicAt {
+                inner: NoCid::new(),
+                thread_at,
+                enter_at,
+                threads: AtomicUsize::new(0),
+                enters: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    impl Policy for PanicAt {
+        type Thread = <NoCid as Policy>::Thread;
+        type Guard<'a> = <NoCid as Policy>::Guard<'a>;
+        fn name(&self) -> &'static str {
+            "panic-at"
+        }
+        fn thread(&self, cpu: Option<usize>) -> Self::Thread {
+            if self.threads.fetch_add(1, Ordering::Relaxed) == self.thread_at {
+                panic!("injected panic in thread {}", self.thread_at);
+            }
+            self.inner.thread(cpu)
+        }
+        fn enter<'a>(&'a self, thread: &'a mut Self::Thread) -> Self::Guard<'a> {
+            if self.enters.fetch_add(1, Ordering::Relaxed) == self.enter_at {
+                panic!("injected panic at enter {}", self.enter_at);
+            }
+            self.inner.enter(thread)
+        }
+        fn cids_in_use(&self) -> usize {
+            0
+        }
+    }
+
+    /// A short-lived thread that panics before it checks in (in `thread`, or its first enter: enter 1 of one
+    /// pool of 3) or after (its second enter: enter 4, after the pool let the round go) still counts itself out:
+    /// the pool ends its round, the run returns an error naming the panic, and no thread is left waiting. Without
+    /// that, the pool waits for ever (for a check-in in 1 s timeouts, or for the check-out), and the test fails
+    /// after 20 s instead of hanging.
+    #[test]
+    fn a_panicking_thread_fails_the_run_instead_of_hanging_it() {
+        for (thread_at, enter_at) in [(1, usize::MAX), (usize::MAX, 1), (usize::MAX, 4)] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let setup = Setup { pools: 1, threads: 3, virtual_cpus: None };
+                tx.send(run_policy(PanicAt::new(thread_at, enter_at), setup, 0.05))
+            });
+            let result = rx.recv_timeout(Duration::from_secs(20));
+            let e = result.unwrap_or_else(|_| panic!("thread {thread_at} enter {enter_at}: still waiting after 20 s"));
+            let e = e.unwrap_err();
+            assert!(e.starts_with("1 short-lived thread(s) and 0 pool thread(s) panicked"), "{e}");
         }
     }
 
