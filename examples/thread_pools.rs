@@ -34,7 +34,7 @@ use common::{
     Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
 use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
-use mmcid::Group;
+use mmcid::{Group, Mode};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -62,11 +62,14 @@ usage: thread_pools [options]
 pools x (threads + 1) is at most 8192 threads at once (each pool thread and its short-lived threads).
 
 With no options: --compare on three configurations: 8 pools x 8 threads on this machine's cores; 1 pool x
-(cores + 1) threads on this machine's cores, whose cores + 1 registered threads cross into per-CPU mode and whose
-exits cross back every round (rseq borrows where the kernel allows them); and 2 pools x 16 threads with 8 virtual
-cores (per-CPU mode when more than 8 threads are registered, back to per-task below 4), so mmcid's ownership mode
-crosses the per-task/per-CPU boundary both ways many times per second. The 8 x 8 configuration crosses too
-(per-CPU above max_cids, back only when the users drop below the threshold), but rarely: see the switch counts.
+(max_cids + 1) threads on this machine's cores, the fewest registered threads that take a group into per-CPU
+mode (max_cids = min(A + A/4, possible CPUs) for A allowed CPUs; asked of the library by registering threads
+until the mode flips), so each round crosses into per-CPU mode and its exits cross back (rseq borrows where the
+kernel allows them); and 2 pools x 16 threads with 8 virtual cores (per-CPU mode when more than 8 threads are
+registered, back to per-task below 4), so mmcid's ownership mode crosses the per-task/per-CPU boundary both ways
+many times per second. The report says whether the last two crossed both ways in every mmcid run. The 8 x 8
+configuration may cross too (per-CPU above max_cids, back only when the users drop below the threshold), but
+rarely: see the switch counts.
 
 --compare runs every policy once per repeat, back to back (the order rotating every repeat), and prints:
   - the median threads/s per policy with the difference versus `none` (negative = slower), mmcid's mode
@@ -94,6 +97,8 @@ struct Setup {
     pools: usize,
     threads: usize,
     virtual_cpus: Option<usize>,
+    /// Whether each round should take mmcid into per-CPU mode and back (checked in the report).
+    crossing: bool,
 }
 
 impl Setup {
@@ -157,23 +162,37 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
         return Err(format!("--virtual-cpus {v}: at most {MAX_VIRTUAL_CPUS} (mmcid's limit)"));
     }
     let setups = if compare && defaults {
-        // 8 × 8; one pool of cores + 1 threads, which crosses into per-CPU mode and back every round on the
-        // machine's own cores (rseq borrows where available); and 2 × 16 on 8 virtual cores, which crosses at
-        // thresholds the machine's core count would not reach.
-        let cores = mmcid::CpuSet::current().map_or(1, |s| s.len());
+        // 8 × 8; one pool of just enough threads to cross into per-CPU mode and back every round on the machine's
+        // own cores (rseq borrows where available); and 2 × 16 on 8 virtual cores, which crosses at thresholds
+        // the machine's core count would not reach.
+        let crossing = per_cpu_threshold(Group::new())?;
         vec![
-            Setup { pools, threads, virtual_cpus: None },
-            Setup { pools: 1, threads: cores + 1, virtual_cpus: None },
-            Setup { pools: 2, threads: 16, virtual_cpus: Some(8) },
+            Setup { pools, threads, virtual_cpus: None, crossing: false },
+            Setup { pools: 1, threads: crossing, virtual_cpus: None, crossing: true },
+            Setup { pools: 2, threads: 16, virtual_cpus: Some(8), crossing: true },
         ]
     } else {
-        vec![Setup { pools, threads, virtual_cpus: vcpus }]
+        vec![Setup { pools, threads, virtual_cpus: vcpus, crossing: false }]
     };
     if compare && compare_runs(setups.len(), repeats, policies.len()).is_none() {
         return Err(format!("--repeats {repeats}: too many runs"));
     }
     let seconds = seconds.unwrap_or(if compare { 0.2 } else { 5.0 });
     Ok(Some(Config { setups, seconds, policy, policies, repeats, json }))
+}
+
+/// The fewest registered threads that take a fresh `group` into per-CPU mode, asked of the library: threads are
+/// registered until its mode flips (users > max_cids = min(A + A/4, possible CPUs) for A allowed CPUs,
+/// `group.rs` `update_limits`), then all dropped. An error if it does not flip within [`MAX_THREADS`].
+fn per_cpu_threshold(group: Group) -> Result<usize, String> {
+    let mut registered = Vec::new();
+    while registered.len() < MAX_THREADS {
+        registered.push(group.register());
+        if group.mode() != Mode::PerTask {
+            return Ok(registered.len());
+        }
+    }
+    Err(format!("a group on this machine's cores stayed per-task with {MAX_THREADS} threads registered"))
 }
 
 /// Runs of a --compare: every policy of the list once per repeat and setup; None on overflow.
@@ -528,6 +547,11 @@ fn switch_totals(runs: &[Outcome]) -> (u64, u64) {
     runs.iter().filter_map(|o| o.switches).fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1))
 }
 
+/// Whether every one of mmcid's runs switched at least once to per-CPU mode and once back.
+fn crossed_both_ways(runs: &[Outcome]) -> bool {
+    !runs.is_empty() && runs.iter().all(|o| o.switches.is_some_and(|(to_cpu, to_task)| to_cpu > 0 && to_task > 0))
+}
+
 /// mmcid's mode switches (to per-CPU, to per-task) per run, averaged over its runs.
 fn switches_per_run(runs: &[Outcome]) -> (f64, f64) {
     let (to_cpu, to_task) = switch_totals(runs);
@@ -563,6 +587,15 @@ fn report(
         })
         .collect();
     println!("mmcid mode switches per run (to per-CPU/to per-task): {}", switches.join(", "));
+    for (setup, row) in cfg.setups.iter().zip(results) {
+        if setup.crossing && !crossed_both_ways(&row[row.len() - 1]) {
+            println!(
+                "WARNING: {} should take mmcid into per-CPU mode and back in every run, but some runs did not \
+                 switch both ways: it did not measure the mode switch",
+                setup.label()
+            );
+        }
+    }
     let spawn: Vec<Vec<f64>> =
         spawn_latencies(results).iter().map(|row| row.iter().map(|v| median(v) / 1e3).collect()).collect();
     let title = "mean spawn latency, us, median over runs, % versus none (positive = slower)";
@@ -600,7 +633,12 @@ fn json_body(
             let m = median(&thr[si][p]);
             let switches = if name == "mmcid" {
                 let (to_cpu, to_task) = switch_totals(&results[si][p]);
-                format!(",\"switches_to_per_cpu\":{to_cpu},\"switches_to_per_task\":{to_task}")
+                let crossed = if setup.crossing {
+                    format!(",\"crossed_both_ways\":{}", crossed_both_ways(&results[si][p]))
+                } else {
+                    String::new()
+                };
+                format!(",\"switches_to_per_cpu\":{to_cpu},\"switches_to_per_task\":{to_task}{crossed}")
             } else {
                 String::new()
             };
@@ -684,7 +722,7 @@ mod tests {
     #[test]
     fn every_policy_runs() {
         for virtual_cpus in [None, Some(8)] {
-            let setup = Setup { pools: 2, threads: 3, virtual_cpus };
+            let setup = Setup { pools: 2, threads: 3, virtual_cpus, crossing: false };
             for (p, name) in POLICIES.iter().enumerate() {
                 let out = run_one(p, setup, 0.05).unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert!(out.created > 0 && out.failures == 0, "{name}: {out:?}");
@@ -751,7 +789,7 @@ mod tests {
         for (thread_at, enter_at) in [(1, usize::MAX), (usize::MAX, 1), (usize::MAX, 4)] {
             let (tx, rx) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
-                let setup = Setup { pools: 1, threads: 3, virtual_cpus: None };
+                let setup = Setup { pools: 1, threads: 3, virtual_cpus: None, crossing: false };
                 tx.send(run_policy(PanicAt::new(thread_at, enter_at), setup, 0.05))
             });
             let result = rx.recv_timeout(Duration::from_secs(20));
@@ -759,6 +797,27 @@ mod tests {
             let e = e.unwrap_err();
             assert!(e.starts_with("1 short-lived thread(s) and 0 pool thread(s) panicked"), "{e}");
         }
+    }
+
+    /// The crossing configuration's thread count comes from the library: registering until the mode flips gives
+    /// max_cids + 1 = min(A + A/4, possible) + 1, also where A < possible (A = 8 of 16: 11, where the old
+    /// "cores + 1" = 9 would stay per-task); and a run of it on this machine crosses both ways.
+    #[test]
+    fn the_crossing_configuration_crosses_both_ways() {
+        let group = |possible, allowed| {
+            Group::builder().virtual_cpus(possible).cpus_virtual(0..allowed).build().expect("virtual group")
+        };
+        assert_eq!(per_cpu_threshold(group(8, 8)), Ok(9));
+        assert_eq!(per_cpu_threshold(group(16, 8)), Ok(11));
+        assert_eq!(per_cpu_threshold(group(4, 2)), Ok(3));
+        assert_eq!(per_cpu_threshold(group(1, 1)), Ok(2));
+        let cfg = parse(&[]).unwrap().unwrap();
+        let setup = cfg.setups[1];
+        assert!(setup.crossing && setup.pools == 1, "{setup:?}");
+        assert_eq!(setup.threads, per_cpu_threshold(Group::new()).unwrap());
+        let out = run_one(POLICIES.len() - 1, setup, 0.1).unwrap();
+        assert!(crossed_both_ways(std::slice::from_ref(&out)), "{out:?}");
+        assert!(!crossed_both_ways(&[]) && !crossed_both_ways(&[Outcome { switches: Some((1, 0)), ..out }]));
     }
 
     #[test]
