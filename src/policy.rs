@@ -355,14 +355,16 @@ pub struct LazyConfig {
     /// Number of core slots (default: the machine's possible cores; at most 65 536); threads map to
     /// `cpu % cores`.
     pub cores: usize,
-    /// Compaction period (kernel: 100 ms).
+    /// Compaction period (kernel: 100 ms), one per policy instance.
     pub period: Duration,
-    /// A thread checks the clock every this many of its enters (kernel: on the tick).
+    /// A thread checks the clock at its first enter and then every this many of its enters (kernel: on the tick
+    /// of whichever task of the mm is running), so the period holds however short-lived the threads are.
     pub check_every: u32,
 }
 
 impl LazyConfig {
-    /// Kernel defaults: every possible core, 100 ms period, clock checked every 256 enters of a thread.
+    /// Kernel defaults: every possible core, 100 ms period, clock checked at a thread's first enter and every
+    /// 256 enters after.
     pub fn new(scan: Scan, capacity: usize) -> LazyConfig {
         LazyConfig { scan, capacity, cores: possible_cpus(), period: Duration::from_millis(100), check_every: 256 }
     }
@@ -378,8 +380,13 @@ const RECENT: u32 = 1 << 29;
 const CID_MASK: u32 = RECENT - 1;
 
 /// Kernel v6.4–v6.17 (Desnoyers' lazy per-CPU CIDs): each core keeps the CID last used on it; a thread entering
-/// on the core borrows it with one CAS, and a periodic compaction scan (every `period`, run by whichever thread
-/// notices the period elapsed) gives back the CIDs of cores not used since the previous scan.
+/// on the core borrows it with one CAS, and a periodic compaction scan (every `period` of the policy instance, run
+/// by whichever thread notices the period elapsed) gives back the CIDs of cores not used since the previous scan.
+///
+/// The kernel starts the scan from the scheduler tick of whichever task of the mm is running, so it runs every
+/// period however short-lived the tasks are. Here each thread looks at the clock at its first enter and then every
+/// `check_every` enters: a long-lived thread pays one countdown decrement per enter, and threads that enter only a
+/// couple of times in their life (thread-pool churn) still keep the period, one clock read per thread.
 ///
 /// I1: a borrowed slot is marked BUSY by the borrowing CAS and nobody else writes a BUSY slot, so two threads on
 /// one core never share; a thread that finds its core's CID busy (the holder was descheduled inside its guard)
@@ -549,11 +556,13 @@ enum Held {
     Temp(u32),
 }
 
-/// [`LazyCids`]'s per-thread state: the pinned core, if any, and an enter counter for the compaction clock.
+/// [`LazyCids`]'s per-thread state: the pinned core, if any, and a countdown to its next look at the compaction
+/// clock.
 #[derive(Debug)]
 pub struct LazyThread {
     cpu: Option<usize>,
-    enters: u32,
+    /// Enters until the next clock check (1 for a new thread: its first enter checks).
+    until_check: u32,
 }
 
 /// [`LazyCids`]'s guard: a borrowed core CID or a temporary one.
@@ -597,13 +606,14 @@ impl Policy for LazyCids {
     }
 
     fn thread(&self, cpu: Option<usize>) -> LazyThread {
-        LazyThread { cpu, enters: 0 }
+        LazyThread { cpu, until_check: 1 }
     }
 
     #[inline]
     fn enter<'a>(&'a self, thread: &'a mut LazyThread) -> LazyGuard<'a> {
-        thread.enters = thread.enters.wrapping_add(1);
-        if thread.enters % self.check_every == 0 {
+        thread.until_check -= 1;
+        if thread.until_check == 0 {
+            thread.until_check = self.check_every;
             self.maybe_compact();
         }
         let cpu = thread.cpu.unwrap_or_else(current_cpu) % self.slots.len();
@@ -671,5 +681,52 @@ impl Policy for MmCid {
 
     fn cids_in_use(&self) -> usize {
         usize::try_from(self.group.stats().cids_in_use).unwrap_or(usize::MAX)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Threads that enter twice in their life (thread-pool churn) still run the periodic scan: each looks at the
+    /// clock at its first enter. With a zero period, each of 20 threads in turn runs one scan; with the clock
+    /// checked only every 256th enter of a thread, none would.
+    #[test]
+    fn short_lived_threads_run_the_compaction_scan() {
+        for scan in [Scan::All, Scan::Visited] {
+            let p = LazyCids::with_config(LazyConfig { period: Duration::ZERO, ..LazyConfig::new(scan, 4) }).unwrap();
+            for _ in 0..20 {
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        let mut t = p.thread(None);
+                        drop(p.enter(&mut t));
+                        drop(p.enter(&mut t));
+                    });
+                });
+            }
+            assert_eq!(p.scans(), 20, "{scan:?}");
+        }
+    }
+
+    /// A long-lived thread checks the clock at its 1st enter and then every `check_every` enters: 1, 5, 9.
+    #[test]
+    fn a_long_lived_thread_checks_the_clock_every_check_every_enters() {
+        let config = LazyConfig { period: Duration::ZERO, check_every: 4, ..LazyConfig::new(Scan::All, 1) };
+        let p = LazyCids::with_config(config).unwrap();
+        let mut t = p.thread(Some(0));
+        let scans: Vec<u64> = (0..9)
+            .map(|_| {
+                drop(p.enter(&mut t));
+                p.scans()
+            })
+            .collect();
+        assert_eq!(scans, [1, 1, 1, 1, 2, 2, 2, 2, 3]);
+        // A check_every of 0 counts as 1 (every enter checks).
+        let p = LazyCids::with_config(LazyConfig { check_every: 0, ..config }).unwrap();
+        let mut t = p.thread(Some(0));
+        for _ in 0..3 {
+            drop(p.enter(&mut t));
+        }
+        assert_eq!(p.scans(), 3);
     }
 }
