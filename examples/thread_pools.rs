@@ -73,7 +73,10 @@ rarely: see the switch counts.
 
 --compare runs every policy once per repeat, back to back (the order rotating every repeat), and prints:
   - the median threads/s per policy with the difference versus `none` (negative = slower), mmcid's mode
-    switches per run, and the median of each run's mean spawn latency;
+    switches per run, the lazy policies' compaction scans per run, and the median of each run's mean spawn
+    latency;
+  - a WARNING naming every configuration and policy whose runs had spawn failures or timed-out 1 s waits for
+    the threads' check-ins (both also in --json for every run: runs_failures, runs_timeouts);
   - the paired cost: per repeat r, d = 1 - thr(P, r) / thr(none, r) (positive = slower; runs of a repeat are
     adjacent in time, so the machine's slow drift cancels), as the median of the d with a distribution-free
     confidence interval for it: [k-th smallest d, k-th largest d], k the largest whose coverage
@@ -277,11 +280,35 @@ impl Drop for ReleaseOnPanic<'_> {
 struct Outcome {
     threads_per_s: f64,
     created: u64,
+    /// Spawns that failed (the C benchmark's `failures`).
     failures: u64,
+    /// The pools' 1 s waits for their threads to check in that timed out (the C benchmark's `timeouts`).
+    timeouts: u64,
     mean_spawn_ns: f64,
     switches: Option<(u64, u64)>,
     /// The lazy policies' compaction scans in the run.
     scans: Option<u64>,
+}
+
+/// What one pool thread counted over its rounds.
+#[derive(Clone, Copy, Debug, Default)]
+struct PoolTotals {
+    created: u64,
+    failures: u64,
+    timeouts: u64,
+    spawn_ns: u128,
+    /// Its short-lived threads that panicked.
+    panicked: u64,
+}
+
+impl std::ops::AddAssign for PoolTotals {
+    fn add_assign(&mut self, o: PoolTotals) {
+        self.created += o.created;
+        self.failures += o.failures;
+        self.timeouts += o.timeouts;
+        self.spawn_ns += o.spawn_ns;
+        self.panicked += o.panicked;
+    }
 }
 
 fn lock(pool: &Pool) -> std::sync::MutexGuard<'_, Counts> {
@@ -304,7 +331,7 @@ fn run_policy<P: Policy + 'static>(policy: Arc<P>, setup: Setup, seconds: f64) -
                 drop(gate.read().unwrap_or_else(|e| e.into_inner())); // wait for go
                 let pool = Arc::new(Pool::default());
                 let _release = ReleaseOnPanic(&pool);
-                let (mut created, mut failures, mut spawn_ns) = (0u64, 0u64, 0u128);
+                let mut totals = PoolTotals::default();
                 // At least one round, however late the pool thread first runs (a loaded machine), so every run
                 // measures something.
                 loop {
@@ -328,16 +355,19 @@ fn run_policy<P: Policy + 'static>(policy: Arc<P>, setup: Setup, seconds: f64) -
                             drop(me); // ≈ exit
                             drop(member); // checks out
                         });
-                        spawn_ns += t0.elapsed().as_nanos();
+                        totals.spawn_ns += t0.elapsed().as_nanos();
                         match spawned {
                             Ok(_detached) => started += 1,
-                            Err(_) => failures += 1,
+                            Err(_) => totals.failures += 1,
                         }
                     }
                     let mut s = lock(&pool);
                     // Every thread of the round checked in, or panicked (then it counts as gone instead).
                     while s.cnt + s.gone < started {
-                        s = pool.cond.wait_timeout(s, Duration::from_secs(1)).unwrap_or_else(|e| e.into_inner()).0;
+                        let (guard, waited) =
+                            pool.cond.wait_timeout(s, Duration::from_secs(1)).unwrap_or_else(|e| e.into_inner());
+                        s = guard;
+                        totals.timeouts += u64::from(waited.timed_out());
                     }
                     s.die = started;
                     pool.cond.notify_all();
@@ -346,14 +376,14 @@ fn run_policy<P: Policy + 'static>(policy: Arc<P>, setup: Setup, seconds: f64) -
                     }
                     // Every thread of the round has left: what a panicked one did not take is nobody's.
                     (s.die, s.gone) = (0, 0);
-                    let panicked = s.panicked;
+                    totals.panicked = s.panicked;
                     drop(s);
-                    created += started as u64;
+                    totals.created += started as u64;
                     if started == 0 {
                         std::thread::sleep(Duration::from_millis(10)); // spawning fails: don't spin
                     }
-                    if stop.load(Ordering::Relaxed) || panicked > 0 {
-                        break (created, failures, spawn_ns, panicked);
+                    if stop.load(Ordering::Relaxed) || totals.panicked > 0 {
+                        break totals;
                     }
                 }
             })
@@ -374,30 +404,26 @@ fn run_policy<P: Policy + 'static>(policy: Arc<P>, setup: Setup, seconds: f64) -
     drop(closed); // go
     std::thread::sleep(Duration::from_secs_f64(seconds));
     stop.store(true, Ordering::Relaxed);
-    let (mut created, mut failures, mut spawn_ns, mut panicked, mut pools_panicked) = (0u64, 0u64, 0u128, 0, 0);
+    let (mut t, mut pools_panicked) = (PoolTotals::default(), 0);
     for p in pools {
         match p.join() {
-            Ok((c, f, ns, pn)) => {
-                created += c;
-                failures += f;
-                spawn_ns += ns;
-                panicked += pn;
-            }
+            Ok(totals) => t += totals,
             Err(_) => pools_panicked += 1,
         }
     }
-    if panicked + pools_panicked > 0 {
+    if t.panicked + pools_panicked > 0 {
         return Err(format!(
-            "{panicked} short-lived thread(s) and {pools_panicked} pool thread(s) panicked (the panic message is \
-             above)"
+            "{} short-lived thread(s) and {pools_panicked} pool thread(s) panicked (the panic message is above)",
+            t.panicked
         ));
     }
     let elapsed = start.elapsed().as_secs_f64();
     Ok(Outcome {
-        threads_per_s: created as f64 / elapsed,
-        created,
-        failures,
-        mean_spawn_ns: spawn_ns as f64 / (created + failures).max(1) as f64,
+        threads_per_s: t.created as f64 / elapsed,
+        created: t.created,
+        failures: t.failures,
+        timeouts: t.timeouts,
+        mean_spawn_ns: t.spawn_ns as f64 / (t.created + t.failures).max(1) as f64,
         switches: None,
         scans: None,
     })
@@ -447,8 +473,8 @@ fn single(cfg: &Config, p: usize, cores: usize, json: Option<JsonFile>) {
     println!("thread pools {}, policy {}, {:.2} s, {cores} cores", setup.label(), POLICIES[p], cfg.seconds);
     let out = run_one(p, setup, cfg.seconds).unwrap_or_else(|e| fail(e));
     println!(
-        "created {} threads ({} failed), {:.0} thr/s, mean spawn {:.0} ns",
-        out.created, out.failures, out.threads_per_s, out.mean_spawn_ns
+        "created {} threads ({} failed to start), {:.0} thr/s, mean spawn {:.0} ns, {} timed-out waits (1 s)",
+        out.created, out.failures, out.threads_per_s, out.mean_spawn_ns, out.timeouts
     );
     if let Some((to_cpu, to_task)) = out.switches {
         println!("mmcid mode switches: {to_cpu} to per-CPU, {to_task} to per-task");
@@ -459,7 +485,7 @@ fn single(cfg: &Config, p: usize, cores: usize, json: Option<JsonFile>) {
     if let Some(file) = json {
         let body = format!(
             "{{\"benchmark\":\"thread_pools\",\"config\":{},\"policy\":{},\"seconds\":{},\"threads_per_s\":{},\
-             \"created\":{},\"failures\":{},\"mean_spawn_ns\":{},\"switches_to_per_cpu\":{},\
+             \"created\":{},\"failures\":{},\"timeouts\":{},\"mean_spawn_ns\":{},\"switches_to_per_cpu\":{},\
              \"switches_to_per_task\":{},\"scans\":{}}}\n",
             json_str(&setup.label()),
             json_str(POLICIES[p]),
@@ -467,6 +493,7 @@ fn single(cfg: &Config, p: usize, cores: usize, json: Option<JsonFile>) {
             json_num(out.threads_per_s, 1),
             out.created,
             out.failures,
+            out.timeouts,
             json_num(out.mean_spawn_ns, 0),
             out.switches.map_or("null".into(), |s| s.0.to_string()),
             out.switches.map_or("null".into(), |s| s.1.to_string()),
@@ -474,6 +501,11 @@ fn single(cfg: &Config, p: usize, cores: usize, json: Option<JsonFile>) {
         );
         file.write(&body).unwrap_or_else(|e| fail(e));
     }
+}
+
+/// One count of every run, as the inside of a JSON array.
+fn counts(runs: &[Outcome], f: impl Fn(&Outcome) -> u64) -> String {
+    runs.iter().map(|o| f(o).to_string()).collect::<Vec<_>>().join(",")
 }
 
 /// `--seconds` as a JSON number: as many decimals as its shortest exact form needs (it is finite and positive),
@@ -555,6 +587,23 @@ fn switch_totals(runs: &[Outcome]) -> (u64, u64) {
     runs.iter().filter_map(|o| o.switches).fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1))
 }
 
+/// A warning naming every cell whose runs had spawn failures or timed-out waits for check-ins (the C benchmark's
+/// `failures` and `timeouts`), summed over its runs; None when there were none.
+fn troubles(labels: &[String], names: &[&str], results: &[Vec<Vec<Outcome>>]) -> Option<String> {
+    let cells: Vec<String> = labels
+        .iter()
+        .zip(results)
+        .flat_map(|(label, row)| names.iter().zip(row).map(move |(name, runs)| (label, name, runs)))
+        .filter_map(|(label, name, runs)| {
+            let (failures, timeouts) = runs.iter().fold((0, 0), |(f, t), o| (f + o.failures, t + o.timeouts));
+            (failures + timeouts > 0).then(|| format!("{label} {name} {failures}/{timeouts}"))
+        })
+        .collect();
+    (!cells.is_empty()).then(|| {
+        format!("WARNING: spawn failures / timed-out 1 s waits for check-ins, summed over runs: {}", cells.join(", "))
+    })
+}
+
 /// The mean compaction scans per run of a lazy policy's runs; None for the other policies.
 fn mean_scans(runs: &[Outcome]) -> Option<f64> {
     let scans: Vec<u64> = runs.iter().filter_map(|o| o.scans).collect();
@@ -625,6 +674,9 @@ fn report(
             );
         }
     }
+    if let Some(line) = troubles(&labels, &names, results) {
+        println!("{line}");
+    }
     let spawn: Vec<Vec<f64>> =
         spawn_latencies(results).iter().map(|row| row.iter().map(|v| median(v) / 1e3).collect()).collect();
     let title = "mean spawn latency, us, median over runs, % versus none (positive = slower)";
@@ -675,7 +727,8 @@ fn json_body(
             };
             rows.push(format!(
                 "    {{\"config\":{},\"pools\":{},\"threads\":{},\"virtual_cpus\":{},\"policy\":{},\
-                 \"runs_thr_per_s\":[{}],{},{},\"median_mean_spawn_ns\":{}{switches}{scans}}}",
+                 \"runs_thr_per_s\":[{}],{},{},\"median_mean_spawn_ns\":{},\"runs_failures\":[{}],\
+                 \"runs_timeouts\":[{}]{switches}{scans}}}",
                 json_str(&setup.label()),
                 setup.pools,
                 setup.threads,
@@ -684,7 +737,9 @@ fn json_body(
                 json_list(&thr[si][p], 1),
                 json_median_vs("", "median_thr_per_s", m, base, 1),
                 json_paired("paired_cost_", paired[si][p].as_ref()),
-                json_num(median(&spawn[si][p]), 0)
+                json_num(median(&spawn[si][p]), 0),
+                counts(&results[si][p], |o| o.failures),
+                counts(&results[si][p], |o| o.timeouts),
             ));
         }
     }
@@ -881,6 +936,25 @@ mod tests {
         assert!(parse(&["-p", "64", "-t", "128"]).is_err());
         let e = parse(&["--virtual-cpus", "18446744073709551615"]).unwrap_err();
         assert!(e.contains("65536"), "{e}");
+    }
+
+    /// Spawn failures and timed-out waits of a comparison reach the report (a warning naming the cell) and the
+    /// JSON (every run's count).
+    #[test]
+    fn failures_and_timeouts_are_reported_in_comparisons() {
+        let cfg = parse(&["--policies", "none,mmcid", "-p", "1", "-t", "1", "--repeats", "2"]).unwrap().unwrap();
+        let names = common::policy_names(&cfg.policies);
+        let labels: Vec<String> = cfg.setups.iter().map(Setup::label).collect();
+        let mut results = vec![vec![vec![Outcome::default(); 2]; 2]];
+        assert_eq!(troubles(&labels, &names, &results), None);
+        results[0][1][1] = Outcome { failures: 3, timeouts: 1, ..Outcome::default() };
+        let line = troubles(&labels, &names, &results).unwrap();
+        assert!(line.starts_with("WARNING") && line.ends_with(": 1x1 mmcid 3/1"), "{line}");
+        let thr = throughputs(&results);
+        let paired = vec![vec![None; 2]];
+        let body = json_body(&cfg, &results, &thr, &paired, Verdict::TooFewRepeats, 2);
+        assert!(body.contains("\"runs_failures\":[0,3],\"runs_timeouts\":[0,1]"), "{body}");
+        assert!(body.contains("\"runs_failures\":[0,0],\"runs_timeouts\":[0,0]"), "{body}");
     }
 
     #[test]
