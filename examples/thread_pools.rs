@@ -721,7 +721,13 @@ fn json_body(
                 } else {
                     String::new()
                 };
-                format!(",\"switches_to_per_cpu\":{to_cpu},\"switches_to_per_task\":{to_task}{crossed}")
+                // Per run, as in a single run's JSON, plus the totals over the runs under their own names.
+                format!(
+                    ",\"runs_switches_to_per_cpu\":[{}],\"runs_switches_to_per_task\":[{}],\
+                     \"switches_to_per_cpu_total\":{to_cpu},\"switches_to_per_task_total\":{to_task}{crossed}",
+                    counts(&results[si][p], |o| o.switches.map_or(0, |s| s.0)),
+                    counts(&results[si][p], |o| o.switches.map_or(0, |s| s.1)),
+                )
             } else {
                 String::new()
             };
@@ -955,6 +961,26 @@ mod tests {
         let body = json_body(&cfg, &results, &thr, &paired, Verdict::TooFewRepeats, 2);
         assert!(body.contains("\"runs_failures\":[0,3],\"runs_timeouts\":[0,1]"), "{body}");
         assert!(body.contains("\"runs_failures\":[0,0],\"runs_timeouts\":[0,0]"), "{body}");
+    }
+
+    /// `switches_to_per_cpu` / `_task` mean one run's switches wherever they appear (a single run's JSON); a
+    /// comparison writes every run's under `runs_` and their sums under `_total`.
+    #[test]
+    fn switch_counts_in_json_are_per_run_or_named_totals() {
+        let cfg = parse(&["--policies", "none,mmcid", "-p", "1", "-t", "1", "--repeats", "2"]).unwrap().unwrap();
+        let mut results = vec![vec![vec![Outcome::default(); 2]; 2]];
+        results[0][1][0].switches = Some((3, 2));
+        results[0][1][1].switches = Some((5, 4));
+        let thr = throughputs(&results);
+        let body = json_body(&cfg, &results, &thr, &[vec![None; 2]], Verdict::TooFewRepeats, 2);
+        assert!(
+            body.contains(
+                "\"runs_switches_to_per_cpu\":[3,5],\"runs_switches_to_per_task\":[2,4],\
+                 \"switches_to_per_cpu_total\":8,\"switches_to_per_task_total\":6"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("\"switches_to_per_cpu\":"), "{body}");
     }
 
     #[test]
