@@ -7,8 +7,9 @@
 //! writes `L` messages of `S` bytes to each receiver, every receiver reads `F × L` messages. Workers register,
 //! report ready and wait for "go"; the time is wall time from go to the last join.
 //!
-//! Statistics (`--compare`, the default): each repeat runs every policy once, back to back, the order rotating
-//! from one repeat to the next, so the runs of one repeat saw nearly the same machine load. Besides the median
+//! Statistics (`--compare`, the default): each repeat runs every policy once, back to back, so the runs of one
+//! repeat saw nearly the same machine load; the order changes from one repeat to the next as the rows of a balanced
+//! Latin square, so every policy follows every other equally often (`common::run_order`). Besides the median
 //! time of every policy, the example reports the *paired* cost d_r = t(P, r) / t(none, r) - 1 of each repeat r
 //! (wall time and process CPU time), which cancels the machine's slow drift, and a distribution-free confidence
 //! interval for the median of the d_r from order statistics: the k-th smallest to the k-th largest d_r, with k
@@ -82,7 +83,9 @@ per-CID shard of the guard's CID (mmcid: mmcid::PerCid; others: a cache-padded a
 A single run prints `Time: <s>.<ms>` like hackbench, the CPU time, the messages per second and the context
 switches (getrusage: voluntary = a thread blocked, involuntary = preempted).
 
---compare runs every policy once per repeat, back to back (the order rotating every repeat), and prints:
+--compare runs every policy once per repeat, back to back, in an order that changes every repeat so that over
+n repeats (2n for an odd number n of policies) each policy runs right after each other one equally often, and
+prints:
   - the median wall and CPU time per policy with the difference versus `none` (positive = slower);
   - the median context switches per run and policy (run time follows them closely: they are most of the noise);
   - the paired cost: per repeat r, d = t(P, r) / t(none, r) - 1 (runs of a repeat are adjacent in time, so the
@@ -855,7 +858,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
 }
 
 /// The --compare runs: `wall[cell][policy][repeat]` and `cpu[..]` in seconds, `voluntary[..]` and
-/// `involuntary[..]` in context switches. Every policy runs once per repeat (the order rotating), so index `repeat`
+/// `involuntary[..]` in context switches. Every policy runs once per repeat (in `run_order`), so index `repeat`
 /// pairs the policies' runs made back to back.
 struct Samples {
     wall: Vec<Vec<Vec<f64>>>,
@@ -907,8 +910,7 @@ fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
     let mut progress = Progress::new(total);
     for (gi, &g) in cfg.groups.iter().enumerate() {
         for rep in 0..cfg.repeats {
-            for k in 0..n {
-                let p = (k + rep) % n; // rotate the order every repeat
+            for p in common::run_order(n, rep) {
                 let policy = cfg.policies[p];
                 let name = POLICIES[policy];
                 progress.step(format_args!("groups {g:>3} repeat {}/{} {name:<12}", rep + 1, cfg.repeats));

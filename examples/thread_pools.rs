@@ -6,8 +6,10 @@
 //! rendezvous), waits for the pool's "die", enters again (≈ wake-up), unregisters (≈ exit) and checks out; the
 //! pool waits for all of them, then starts the next round.
 //!
-//! Statistics (`--compare`, the default): each repeat runs every policy once, back to back, the order rotating
-//! from one repeat to the next, so the runs of one repeat saw nearly the same machine load. Besides the median
+//! Statistics (`--compare`, the default): after one uncounted warm-up run, each repeat runs every policy once, back
+//! to back, so the runs of one repeat saw nearly the same machine load; the order changes from one repeat to the
+//! next as the rows of a balanced Latin square, so every policy follows every other equally often
+//! (`common::run_order`). Besides the median
 //! threads/s of every policy, the example reports the *paired* cost d_r = 1 - thr(P, r) / thr(none, r) of each
 //! repeat r (positive = slower), which cancels the machine's slow drift, and a distribution-free confidence
 //! interval for the median of the d_r from order statistics: the k-th smallest to the k-th largest d_r, with k
@@ -71,7 +73,9 @@ many times per second. The report says whether the last two crossed both ways in
 configuration may cross too (per-CPU above max_cids, back only when the users drop below the threshold), but
 rarely: see the switch counts.
 
---compare runs every policy once per repeat, back to back (the order rotating every repeat), and prints:
+--compare makes one uncounted warm-up run, then runs every policy once per repeat, back to back, in an order
+that changes every repeat so that over n repeats (2n for an odd number n of policies) each policy runs right
+after each other one equally often, and prints:
   - the median threads/s per policy with the difference versus `none` (negative = slower), mmcid's mode
     switches per run, the lazy policies' compaction scans per run, and the median of each run's mean spawn
     latency;
@@ -544,7 +548,8 @@ fn main() {
 }
 
 /// Every policy on every setup, interleaved repeats: `results[setup][policy][repeat]`. Every policy runs once per
-/// repeat (the order rotating), so index `repeat` pairs the policies' runs made back to back.
+/// repeat (in `run_order`), so index `repeat` pairs the policies' runs made back to back. One uncounted warm-up run
+/// comes first (thread stacks, the allocator, page faults), as in hackbench.
 fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
     let n = cfg.policies.len();
     let total = compare_runs(cfg.setups.len(), cfg.repeats, n).unwrap_or(usize::MAX); // checked in parse_args
@@ -552,12 +557,13 @@ fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
         "thread pools (create/teardown churn), {cores} cores, {:.2} s per run, {} repeats per cell (interleaved)",
         cfg.seconds, cfg.repeats
     );
+    // Warm-up, not counted: the first setup's first policy, at most 0.2 s.
+    run_one(cfg.policies[0], cfg.setups[0], cfg.seconds.min(0.2)).unwrap_or_else(|e| fail(e));
     let mut progress = Progress::new(total);
     let mut results: Vec<Vec<Vec<Outcome>>> = vec![vec![Vec::new(); n]; cfg.setups.len()];
     for (si, setup) in cfg.setups.iter().enumerate() {
         for rep in 0..cfg.repeats {
-            for k in 0..n {
-                let p = (k + rep) % n;
+            for p in common::run_order(n, rep) {
                 let policy = cfg.policies[p];
                 let (label, name) = (setup.label(), POLICIES[policy]);
                 progress.step(format_args!("{label:<14} repeat {}/{} {name:<12}", rep + 1, cfg.repeats));

@@ -91,6 +91,36 @@ pub fn compare_mode(
     Ok((policy.is_none(), policies.unwrap_or_else(|| (0..POLICIES.len()).collect())))
 }
 
+/// The order in which repeat `rep` runs `n` policies (indexes 0..n): the rows of a balanced Latin square (a
+/// Williams design), one per repeat. Over every `order_cycle(n)` repeats each policy runs in each position equally
+/// often and right after each other policy equally often (once for even n, twice for odd n, whose square is
+/// followed by its mirror), so a carry-over from one run into the next (caches, scheduler state, the machine's
+/// load) falls on every policy alike instead of always on the same successor, as a plain rotation did. A number of
+/// repeats that is not a multiple of the cycle (the defaults: 9 and 11 repeats of 6 policies) leaves the last,
+/// partial cycle nearly but not exactly balanced.
+pub fn run_order(n: usize, rep: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    // First row 0, 1, n-1, 2, n-2, ...; row r adds r to each entry (mod n).
+    let first = (0..n).map(|j| if j % 2 == 1 { j.div_ceil(2) } else { (n - j / 2) % n });
+    let row = rep % order_cycle(n);
+    let mut order: Vec<usize> = first.map(|p| (p + row) % n).collect();
+    if row >= n {
+        order.reverse(); // odd n: the mirror half of the design
+    }
+    order
+}
+
+/// The repeats after which [`run_order`] starts over: n for an even number of policies, 2n for an odd one.
+pub fn order_cycle(n: usize) -> usize {
+    if n % 2 == 0 {
+        n.max(1)
+    } else {
+        2 * n
+    }
+}
+
 /// The names of the policies `policies` (indexes into [`POLICIES`]) picks.
 pub fn policy_names(policies: &[usize]) -> Vec<&'static str> {
     policies.iter().map(|&p| POLICIES[p]).collect()
@@ -486,6 +516,40 @@ fn milestone(done: usize, total: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every repeat's order is a permutation; over one cycle each policy holds each position equally often and
+    /// follows each other policy equally often (a plain rotation fails the latter: 0 always follows n-1).
+    #[test]
+    fn run_order_is_a_balanced_latin_square() {
+        assert_eq!(run_order(0, 3), Vec::<usize>::new());
+        assert_eq!(run_order(1, 5), [0]);
+        assert_eq!((0..2).map(|r| run_order(2, r)).collect::<Vec<_>>(), [[0, 1], [1, 0]]);
+        assert_eq!(run_order(4, 0), [0, 1, 3, 2]);
+        for n in 2..=7 {
+            let cycle = order_cycle(n);
+            let (mut position, mut follows) = (vec![vec![0; n]; n], vec![vec![0; n]; n]);
+            for rep in 0..cycle {
+                let order = run_order(n, rep);
+                let mut sorted = order.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "n {n} rep {rep}: {order:?}");
+                assert_eq!(run_order(n, rep + cycle), order, "the cycle repeats");
+                for (i, &p) in order.iter().enumerate() {
+                    position[p][i] += 1;
+                }
+                for w in order.windows(2) {
+                    follows[w[0]][w[1]] += 1;
+                }
+            }
+            let times = cycle / n;
+            assert!(position.iter().flatten().all(|&c| c == times), "n {n}: positions {position:?}");
+            for (a, row) in follows.iter().enumerate() {
+                for (b, &c) in row.iter().enumerate() {
+                    assert_eq!(c, if a == b { 0 } else { times }, "n {n}: {b} after {a}");
+                }
+            }
+        }
+    }
 
     /// `--flag=value` splits; a word that is not UTF-8 is an error naming it, not a panic.
     #[test]
