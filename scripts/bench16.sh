@@ -1,40 +1,129 @@
 #!/usr/bin/env bash
 # The prepared many-core benchmark run (issue 6; docs/benchmarks.md): release build, the criterion benches
-# (enter_exit, sharded_counter) and both workload examples (hackbench, thread_pools) across 1, 2, 4, 8 and 16
-# threads/groups, with every result written under one results directory. Sized for ~8 minutes on a 16-core
-# machine (estimate: build 1 min, criterion 4 x ~50 s, hackbench 3 x ~20 s, thread_pools ~2 min); works on any
-# core count (thread counts above the machine's are still run: oversubscription). Every step has a time limit.
+# (enter_exit, sharded_counter) at 1, 2, 4, 8 and 16 threads, then both workload examples (hackbench, thread_pools),
+# every result written under one results directory as soon as its step ends. Works on any core count: the thread
+# counts a machine cannot give one core each are still run where a bench oversubscribes by design.
 #
-#   scripts/bench16.sh [RESULTS_DIR]      # default: target/bench-results/<host>-<date>
-#   QUICK=1 scripts/bench16.sh            # smoke run (tiny sizes, ~1-2 minutes on 2 cores)
+#   scripts/bench16.sh [RESULTS_DIR]            # default: $CARGO_TARGET_DIR (or target)/bench-results/<host>-<date>
+#   QUICK=1 scripts/bench16.sh RESULTS_DIR      # smoke run (tiny sizes, ~1-2 minutes on 2 cores)
+#   BUDGET_S=300 scripts/bench16.sh RESULTS_DIR # total time budget in seconds (default 540)
 #
-# Output in RESULTS_DIR: machine.txt, build.log, criterion-<bench>-<cpus>cpus.txt (+ criterion/ estimates),
-# hackbench-*.txt/.json, thread_pools-*.txt/.json, and summary.txt (the tables, concatenated).
+# On the device machine (the `run` tool) give it the folder that comes back, and leave the budget under the
+# command's limit (600 s per command, 15 minutes of device time in all, start-up included):
+#
+#   scripts/bench16.sh "$OUT"
+#
+# Time budget: the whole script, build included, stays within BUDGET_S seconds. Every step's time limit is clipped
+# to what is left of the budget (less a margin for the summary), a step that would get under 10 s is skipped, and
+# the steps run most important first: the criterion benches, then the hackbench comparisons, then thread_pools. A
+# step cut short by its limit leaves its partial output; summary.txt and steps.txt are rewritten after every step,
+# so a kill at any point leaves everything done so far.
+#
+# Output in RESULTS_DIR: machine.txt, build.log, steps.txt (one line per step: status, seconds, command),
+# bench16.log (this script's progress), criterion-<bench>-<n>cpus.txt (+ criterion/ estimates),
+# hackbench-*.txt/.json, thread_pools-*.txt/.json, and summary.txt (the tables, concatenated). A step's stderr is
+# in <its output>.err.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 QUICK="${QUICK:-0}"
-ncpu=$(nproc)
-results="${1:-target/bench-results/$(hostname)-$(date +%Y%m%d-%H%M%S)}"
+BUDGET_S="${BUDGET_S:-540}"
+case "$BUDGET_S" in
+'' | *[!0-9]*)
+    echo "bench16: BUDGET_S must be a whole number of seconds, got '$BUDGET_S'" >&2
+    exit 2
+    ;;
+esac
+target="${CARGO_TARGET_DIR:-target}"
+start=$(date +%s)
+deadline=$((start + BUDGET_S))
+results="${1:-$target/bench-results/$(hostname)-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$results"
 results=$(cd "$results" && pwd)
-start=$(date +%s)
-log() { echo "[bench16 $(( $(date +%s) - start ))s] $*" >&2; }
+: >"$results/steps.txt"
+log() { echo "[bench16 $(($(date +%s) - start))s] $*" | tee -a "$results/bench16.log" >&2; }
 
-# Each step has a time limit so one hung step cannot eat the machine's lease.
+# The CPUs this process may run on, one per line, from the kernel's list (e.g. "0-3,8-11"): they need not start
+# at 0 or be contiguous.
+allowed_cpus() {
+    local list range
+    list=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)
+    for range in ${list//,/ }; do
+        seq "${range%-*}" "${range#*-}"
+    done
+}
+mapfile -t cpus < <(allowed_cpus)
+ncpu=${#cpus[@]}
+if [ "$ncpu" -eq 0 ]; then
+    echo "bench16: cannot read Cpus_allowed_list from /proc/self/status" >&2
+    exit 1
+fi
+# The first n allowed CPUs, comma-separated, for taskset -c.
+first_cpus() {
+    local IFS=,
+    echo "${cpus[*]:0:$1}"
+}
+
+# Seconds a step may still take: what is left of the budget, less 10 s for timeout's kill grace and the summary.
+left() { echo $((deadline - $(date +%s) - 10)); }
+
+summarize() {
+    {
+        cat "$results/machine.txt"
+        echo
+        echo "== steps"
+        cat "$results/steps.txt"
+        for f in "$results"/criterion-*.txt "$results"/hackbench-*.txt "$results"/thread_pools-*.txt; do
+            [ -f "$f" ] || continue
+            echo
+            echo "== $(basename "$f")"
+            # criterion's own per-line output is long: keep the benches' summary tables ("## <title>: medians ...").
+            case "$f" in
+            */criterion-*) awk '/^## .*medians over samples/{p=1} p' "$f" ;;
+            *) cat "$f" ;;
+            esac
+        done
+    } >"$results/summary.txt"
+}
+
+# step LIMIT OUT COMMAND...: runs COMMAND with stdout in OUT and stderr in OUT.err, for at most LIMIT seconds or
+# what is left of the budget, whichever is less; records the outcome in steps.txt (and step_status) and rewrites
+# summary.txt.
+step_status=
 step() {
-    local limit=$1 out=$2
+    local limit=$1 out=$2 rest status began rc=0
     shift 2
-    log "$* > $(basename "$out")"
-    if ! timeout --kill-after=10 "$limit" "$@" >"$out" 2>"$out.err"; then
-        log "FAILED or timed out (limit ${limit}s): $*  (see $out.err)"
+    rest=$(left)
+    if [ "$rest" -lt 10 ]; then
+        log "SKIPPED (budget of ${BUDGET_S}s spent): $*"
+        echo "skipped (budget)  0s  $*" >>"$results/steps.txt"
+        step_status=skipped
+        return 0
     fi
+    if [ "$limit" -gt "$rest" ]; then
+        limit=$rest
+    fi
+    log "$* > $(basename "$out") (limit ${limit}s)"
+    began=$(date +%s)
+    timeout --kill-after=5 "$limit" "$@" >"$out" 2>"$out.err" || rc=$?
+    case $rc in
+    0) status=ok ;;
+    124 | 137) status="timed out (${limit}s)" ;;
+    *) status="failed (exit $rc)" ;;
+    esac
+    if [ "$rc" -ne 0 ]; then
+        log "$status: $*  (see $(basename "$out").err)"
+    fi
+    echo "$status  $(($(date +%s) - began))s  $*" >>"$results/steps.txt"
+    step_status=$status
+    summarize
 }
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(hostname)"
-    echo "nproc: $ncpu"
+    echo "allowed CPUs: $ncpu ($(first_cpus "$ncpu"))"
+    echo "budget: ${BUDGET_S}s, quick: $QUICK"
     uname -a
     rustc -V
     git rev-parse HEAD 2>/dev/null || true
@@ -42,32 +131,59 @@ step() {
     grep -E 'MemTotal' /proc/meminfo || true
 } >"$results/machine.txt"
 
-log "building (release): examples and benches"
-cargo build --release --examples --benches >"$results/build.log" 2>&1
-hb=target/release/examples/hackbench
-tp=target/release/examples/thread_pools
+step 300 "$results/build.log" cargo build --release --examples --benches
+if [ "$step_status" != ok ]; then
+    log "build failed or did not finish: nothing to run (see build.log.err)"
+    summarize
+    exit 1
+fi
+hb="$target/release/examples/hackbench"
+tp="$target/release/examples/thread_pools"
 
-# Core-count sets for the criterion benches: each bench measures 1, N and 2N threads on the N CPUs it is
-# allowed, so N = 4 and N = all cover 1, 2, 4, 8, 16 (and 32) threads on a 16-core machine.
-cpu_sets=()
-if [ "$ncpu" -gt 4 ]; then cpu_sets+=(4); fi
-cpu_sets+=("$ncpu")
+# Criterion: each bench measures thread counts derived from the N CPUs it is allowed (enter_exit: 1, N, 2N;
+# sharded_counter: 1, 2, N, 4N). Runs on the first N allowed CPUs for N = 2, 4, 8, 16 (those the machine has, and
+# all of them if that is not a power of two), each filtered to its own N threads, the first also to 1 (and 2) and
+# the last to its oversubscribed count: 1, 2, 4, 8 and 16 threads one per core, without measuring a count twice.
+sizes=()
+for n in 2 4 8 16; do
+    if [ "$n" -le "$ncpu" ]; then sizes+=("$n"); fi
+done
+if [ "${#sizes[@]}" -eq 0 ]; then
+    sizes=("$ncpu")
+elif [ "${sizes[-1]}" -lt "$ncpu" ] && [ "$ncpu" -le 16 ]; then
+    sizes+=("$ncpu")
+fi
 if [ "$QUICK" = 1 ]; then
     crit=(--warm-up-time 0.2 --measurement-time 0.3 --sample-size 10)
-    cpu_sets=("$ncpu")
+    sizes=("${sizes[0]}")
 else
     crit=(--warm-up-time 0.5 --measurement-time 1 --sample-size 20)
 fi
-
-for n in "${cpu_sets[@]}"; do
-    for bench in enter_exit sharded_counter; do
-        step 240 "$results/criterion-$bench-${n}cpus.txt" \
-            taskset -c "0-$((n - 1))" cargo bench --bench "$bench" -- "${crit[@]}"
+# regex THREADS...: criterion's filter for ids ending in one of the thread counts (ids are group/line/threads).
+regex() {
+    local IFS='|'
+    echo "/($*)\$"
+}
+last=$((${#sizes[@]} - 1))
+for bench in enter_exit sharded_counter; do
+    for i in "${!sizes[@]}"; do
+        n=${sizes[$i]}
+        if [ "$bench" = enter_exit ]; then
+            counts=("$n")
+            if [ "$i" -eq 0 ]; then counts+=(1); fi
+            if [ "$i" -eq "$last" ]; then counts+=($((2 * n))); fi
+        else
+            counts=("$n")
+            if [ "$i" -eq 0 ]; then counts+=(1 2); fi
+            if [ "$i" -eq "$last" ]; then counts+=($((4 * n))); fi
+        fi
+        step 150 "$results/criterion-$bench-${n}cpus.txt" \
+            taskset -c "$(first_cpus "$n")" cargo bench --bench "$bench" -- "${crit[@]}" "$(regex "${counts[@]}")"
+        if [ -d "$target/criterion" ]; then
+            cp -r "$target/criterion" "$results/"
+        fi
     done
 done
-if [ -d target/criterion ]; then
-    cp -r target/criterion "$results/criterion"
-fi
 
 # hackbench: every policy, groups 1..16, interleaved repeats; guard around the I/O (default) and around the
 # per-CID update only.
@@ -88,25 +204,12 @@ if [ "$QUICK" = 1 ]; then
 else
     tpargs=(--compare --seconds 0.3 --repeats 7)
 fi
-step 120 "$results/thread_pools-default.txt" "$tp" "${tpargs[@]:1}" \
-    --json "$results/thread_pools-default.json"
+step 120 "$results/thread_pools-default.txt" "$tp" "${tpargs[@]:1}" --json "$results/thread_pools-default.json"
 for p in 1 2 4 8 16; do
     step 60 "$results/thread_pools-${p}x8.txt" "$tp" "${tpargs[@]}" -p "$p" -t 8 \
         --json "$results/thread_pools-${p}x8.json"
 done
 step 60 "$results/thread_pools-32x32.txt" "$tp" "${tpargs[@]}" -p 32 -t 32 --json "$results/thread_pools-32x32.json"
 
-{
-    cat "$results/machine.txt"
-    for f in "$results"/criterion-*.txt "$results"/hackbench-*.txt "$results"/thread_pools-*.txt; do
-        [ -f "$f" ] || continue
-        echo
-        echo "== $(basename "$f")"
-        # criterion's own per-line output is long: keep the benches' summary tables ("## <title>: medians ...").
-        case "$f" in
-        */criterion-*) awk '/^## .*medians over samples/{p=1} p' "$f" ;;
-        *) cat "$f" ;;
-        esac
-    done
-} >"$results/summary.txt"
-log "done in $(( $(date +%s) - start ))s: $results"
+summarize
+log "done in $(($(date +%s) - start))s (budget ${BUDGET_S}s): $results"
