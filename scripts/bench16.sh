@@ -8,12 +8,17 @@
 #   QUICK=1 scripts/bench16.sh RESULTS_DIR      # smoke run (tiny sizes, ~1-2 minutes on 2 cores)
 #   BUDGET_S=300 scripts/bench16.sh RESULTS_DIR # total time budget in seconds (default 540)
 #
-# On the device machine (the `run` tool) give it the folder that comes back, and leave the budget under the
-# command's limit (600 s per command, 15 minutes of device time in all, start-up included):
+#   PREBUILT=DIR scripts/bench16.sh RESULTS_DIR # run the binaries scripts/bench16-prepare.sh put in DIR, no build
 #
-#   scripts/bench16.sh "$OUT"
+# The device machine (the `run` tool) has no Rust toolchain and no network, gives back at most 8 files from $OUT
+# and runs one command for at most 600 s (15 minutes of device time in all, start-up included). So build here,
+# carry the binaries, and bring the results back as one archive plus the summary:
 #
-# Time budget: the whole script, build included, stays within BUDGET_S seconds. Every step's time limit is clipped
+#   scripts/bench16-prepare.sh .bench16         # here: release binaries into the git-ignored .bench16/
+#   run(carry=[".bench16"], timeout_s=600, command=
+#     'PREBUILT=.bench16 BUDGET_S=540 scripts/bench16.sh /tmp/r; tar czf $OUT/bench16.tgz -C /tmp/r .; cp /tmp/r/summary.txt $OUT/')
+#
+# Time budget: the whole script, build (if any) included, stays within BUDGET_S seconds. Every step's time limit is clipped
 # to what is left of the budget (less a margin for the summary), a step that would get under 10 s is skipped, and
 # the steps run most important first: the criterion benches, then the hackbench comparisons, then thread_pools. A
 # step cut short by its limit leaves its partial output; summary.txt and steps.txt are rewritten after every step,
@@ -27,6 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 QUICK="${QUICK:-0}"
+PREBUILT="${PREBUILT:-}"
 BUDGET_S="${BUDGET_S:-540}"
 case "$BUDGET_S" in
 '' | *[!0-9]*)
@@ -125,20 +131,42 @@ step() {
     echo "allowed CPUs: $ncpu ($(first_cpus "$ncpu"))"
     echo "budget: ${BUDGET_S}s, quick: $QUICK"
     uname -a
-    rustc -V
+    rustc -V 2>/dev/null || echo "rustc: not installed here"
     git rev-parse HEAD 2>/dev/null || true
     lscpu 2>/dev/null | grep -E 'Model name|Socket|Core|Thread|NUMA node\(s\)|^CPU\(s\)' || true
     grep -E 'MemTotal' /proc/meminfo || true
 } >"$results/machine.txt"
 
-step 300 "$results/build.log" cargo build --release --examples --benches
-if [ "$step_status" != ok ]; then
-    log "build failed or did not finish: nothing to run (see build.log.err)"
-    summarize
-    exit 1
+if [ -n "$PREBUILT" ]; then
+    for b in hackbench thread_pools enter_exit sharded_counter; do
+        if [ ! -x "$PREBUILT/$b" ]; then
+            echo "bench16: $PREBUILT/$b is missing: run scripts/bench16-prepare.sh $PREBUILT first" >&2
+            exit 1
+        fi
+    done
+    echo "prebuilt: $(cat "$PREBUILT/BUILD" 2>/dev/null || echo 'no BUILD file')" >>"$results/machine.txt"
+    hb="$PREBUILT/hackbench"
+    tp="$PREBUILT/thread_pools"
+    # criterion writes its estimates under $CARGO_TARGET_DIR/criterion (it asks cargo only when that is unset).
+    export CARGO_TARGET_DIR="$target"
+else
+    step 300 "$results/build.log" cargo build --release --examples --benches
+    if [ "$step_status" != ok ]; then
+        log "build failed or did not finish: nothing to run (see build.log.err)"
+        summarize
+        exit 1
+    fi
+    hb="$target/release/examples/hackbench"
+    tp="$target/release/examples/thread_pools"
 fi
-hb="$target/release/examples/hackbench"
-tp="$target/release/examples/thread_pools"
+# bench_cmd BENCH: the command line that runs a criterion bench in bench mode, options to follow.
+bench_cmd() {
+    if [ -n "$PREBUILT" ]; then
+        echo "$PREBUILT/$1" --bench
+    else
+        echo cargo bench --bench "$1" --
+    fi
+}
 
 # Criterion: each bench measures thread counts derived from the N CPUs it is allowed (enter_exit: 1, N, 2N;
 # sharded_counter: 1, 2, N, 4N). Runs on the first N allowed CPUs for N = 2, 4, 8, 16 (those the machine has, and
@@ -178,7 +206,7 @@ for bench in enter_exit sharded_counter; do
             if [ "$i" -eq "$last" ]; then counts+=($((4 * n))); fi
         fi
         step 150 "$results/criterion-$bench-${n}cpus.txt" \
-            taskset -c "$(first_cpus "$n")" cargo bench --bench "$bench" -- "${crit[@]}" "$(regex "${counts[@]}")"
+            taskset -c "$(first_cpus "$n")" $(bench_cmd "$bench") "${crit[@]}" "$(regex "${counts[@]}")"
         if [ -d "$target/criterion" ]; then
             cp -r "$target/criterion" "$results/"
         fi

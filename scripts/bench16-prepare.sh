@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds what scripts/bench16.sh runs and copies it into DIR (default .bench16, git-ignored), for a machine without
+# a Rust toolchain (the device machine): carry DIR there and run `PREBUILT=DIR scripts/bench16.sh RESULTS_DIR`.
+# DIR gets hackbench, thread_pools, enter_exit and sharded_counter (the criterion benches' executables) and a BUILD
+# file naming the commit, the compiler and the date.
+#
+#   scripts/bench16-prepare.sh [DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="${1:-.bench16}"
+target="${CARGO_TARGET_DIR:-target}"
+
+cargo build --release --examples
+mkdir -p "$dir"
+cp "$target/release/examples/hackbench" "$target/release/examples/thread_pools" "$dir/"
+for bench in enter_exit sharded_counter; do
+    # The bench target is the build's only executable artifact; its path is in cargo's JSON messages.
+    exe=$(cargo bench --no-run --bench "$bench" --message-format=json 2>/dev/null |
+        grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+    if [ -z "$exe" ] || [ ! -x "$exe" ]; then
+        echo "bench16-prepare: no executable for bench $bench" >&2
+        exit 1
+    fi
+    cp "$exe" "$dir/$bench"
+done
+# Without debug info (the release profile keeps it for profiling): four binaries then fit the device's 64 MiB.
+if command -v strip >/dev/null; then
+    strip --strip-debug "$dir"/hackbench "$dir"/thread_pools "$dir"/enter_exit "$dir"/sharded_counter
+fi
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+changes'), $(rustc --version), built $(date -u +%FT%TZ) on $(hostname)" >"$dir/BUILD"
+du -sh "$dir"
+cat "$dir/BUILD"
