@@ -18,6 +18,7 @@ and is not in b_P. hackbench's paired costs include it.
 Standard library only (no numpy), so it runs wherever python3 does. docs/benchmarks.md, session 7.
 """
 import json
+import random
 import statistics as st
 import sys
 
@@ -53,13 +54,15 @@ def t975(df):
 
 def solve(a, b):
     """Gauss-Jordan elimination with partial pivoting: x with a x = b. Raises ValueError for a (numerically)
-    singular matrix instead of dividing by zero."""
+    singular matrix instead of dividing by zero. A pivot counts as zero relative to its own column's largest
+    entry, not the whole matrix's: X'X mixes 0/1 policy columns (entries ~ runs) with switch counts (entries ~
+    runs * switches^2), and one matrix-wide scale called realistic fits singular once switches reach ~10^5."""
     n = len(a)
     m = [row[:] + [v] for row, v in zip(a, b)]
-    scale = max((abs(v) for row in a for v in row), default=0.0)
+    scale = [max((abs(row[c]) for row in a), default=0.0) for c in range(n)]
     for c in range(n):
         p = max(range(c, n), key=lambda r: abs(m[r][c]))
-        if abs(m[p][c]) <= 1e-12 * scale:
+        if abs(m[p][c]) <= 1e-12 * scale[c]:
             raise ValueError(f"singular matrix (column {c})")
         m[c], m[p] = m[p], m[c]
         for r in range(n):
@@ -191,6 +194,16 @@ def self_test():
     except ValueError:
         checks.append((True, "solve refuses a singular matrix"))
     checks.append((solve([[2.0, 0.0], [0.0, 4.0]], [2.0, 2.0]) == [1.0, 0.5], "solve"))
+    # A well-posed fit with switch counts of ~5*10^5 per run (6 policies x 5 repeats, as bench16 runs on many
+    # cores): X'X's switch entries are ~10^13 times its policy entries, which a matrix-wide scale called singular.
+    rng = random.Random(1)
+    x = [[1.0] + [1.0 if i % 6 == p else 0.0 for p in range(1, 6)] + [5e5 + rng.uniform(-5e4, 5e4)] for i in range(30)]
+    xtx = [[sum(r[a] * r[b] for r in x) for b in range(7)] for a in range(7)]
+    try:
+        solve(xtx, [sum(r[a] for r in x) for a in range(7)])
+        checks.append((True, "solve fits switch counts of 10^5 next to 0/1 columns"))
+    except ValueError:
+        checks.append((False, "solve fits switch counts of 10^5 next to 0/1 columns"))
     failed = [name for ok, name in checks if not ok]
     for name in failed:
         print(f"FAILED: {name}")
