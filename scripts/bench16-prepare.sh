@@ -15,12 +15,14 @@ mkdir -p "$dir"
 cp "$target/release/examples/hackbench" "$target/release/examples/thread_pools" "$dir/"
 for bench in enter_exit sharded_counter; do
     # The bench target is the build's only executable artifact; its path is in cargo's JSON messages.
-    exe=$(cargo bench --no-run --bench "$bench" --message-format=json 2>/dev/null |
-        grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+    # (`|| true`: under `set -e` a failed substitution would end the script before the message below.)
+    exe=$(cargo bench --no-run --bench "$bench" --message-format=json 2>"$dir/cargo-$bench.err" |
+        grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4) || true
     if [ -z "$exe" ] || [ ! -x "$exe" ]; then
-        echo "bench16-prepare: no executable for bench $bench" >&2
+        echo "bench16-prepare: no executable for bench $bench (cargo's messages: $dir/cargo-$bench.err)" >&2
         exit 1
     fi
+    rm -f "$dir/cargo-$bench.err"
     cp "$exe" "$dir/$bench"
 done
 # Without debug info (the release profile keeps it for profiling): four binaries then fit the device's 64 MiB.

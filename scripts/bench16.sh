@@ -18,21 +18,34 @@
 #   run(carry=[".bench16"], timeout_s=600, command=
 #     'PREBUILT=.bench16 BUDGET_S=540 scripts/bench16.sh /tmp/r; tar czf $OUT/bench16.tgz -C /tmp/r .; cp /tmp/r/summary.txt $OUT/')
 #
-# Time budget: the whole script, build (if any) included, stays within BUDGET_S seconds. Every step's time limit is clipped
-# to what is left of the budget (less a margin for the summary), a step that would get under 10 s is skipped, and
-# the steps run most important first: the criterion benches, then the hackbench comparisons, then thread_pools. A
-# step cut short by its limit leaves its partial output; summary.txt and steps.txt are rewritten after every step,
-# so a kill at any point leaves everything done so far.
+# Time budget: the whole script, build (if any) included, stays within BUDGET_S seconds, and the steps run most
+# important first: the criterion benches, then hackbench (guard around the I/O, one group count per step), then
+# thread_pools. A criterion step's limit is clipped to what is left of the budget (cut short, it keeps every line
+# it finished). The examples print their tables only when they end, so their steps are skipped, not cut, when less
+# than their limit is left. summary.txt and steps.txt are rewritten after every step, so a kill at any point
+# leaves everything done so far. Paths are taken from the caller's directory.
 #
 # Output in RESULTS_DIR: machine.txt, build.log, steps.txt (one line per step: status, seconds, command),
-# bench16.log (this script's progress), criterion-<bench>-<n>cpus.txt (+ criterion/ estimates),
+# bench16.log (this script's progress), criterion-<bench>-<n>cpus.txt (+ criterion/ estimates; target/criterion/
+# with PREBUILT),
 # hackbench-*.txt/.json, thread_pools-*.txt/.json, and summary.txt (the tables, concatenated). A step's stderr is
 # in <its output>.err.
 set -euo pipefail
+here=$(pwd)
+# abs PATH: PATH as given from the caller's directory (the script then works from the repository root).
+abs() {
+    case "$1" in
+    /*) echo "$1" ;;
+    *) echo "$here/$1" ;;
+    esac
+}
 cd "$(dirname "$0")/.."
 
 QUICK="${QUICK:-0}"
 PREBUILT="${PREBUILT:-}"
+if [ -n "$PREBUILT" ]; then
+    PREBUILT=$(abs "$PREBUILT")
+fi
 BUDGET_S="${BUDGET_S:-540}"
 case "$BUDGET_S" in
 '' | *[!0-9]*)
@@ -43,7 +56,11 @@ esac
 target="${CARGO_TARGET_DIR:-target}"
 start=$(date +%s)
 deadline=$((start + BUDGET_S))
-results="${1:-$target/bench-results/$(hostname)-$(date +%Y%m%d-%H%M%S)}"
+if [ $# -ge 1 ]; then
+    results=$(abs "$1")
+else
+    results="$target/bench-results/$(hostname)-$(date +%Y%m%d-%H%M%S)"
+fi
 mkdir -p "$results"
 results=$(cd "$results" && pwd)
 : >"$results/steps.txt"
@@ -114,7 +131,8 @@ step() {
     timeout --kill-after=5 "$limit" "$@" >"$out" 2>"$out.err" || rc=$?
     case $rc in
     0) status=ok ;;
-    124 | 137) status="timed out (${limit}s)" ;;
+    124) status="timed out (${limit}s)" ;;
+    137) status="killed (the ${limit}s limit, or out of memory)" ;;
     *) status="failed (exit $rc)" ;;
     esac
     if [ "$rc" -ne 0 ]; then
@@ -131,6 +149,7 @@ step() {
     echo "allowed CPUs: $ncpu ($(first_cpus "$ncpu"))"
     echo "budget: ${BUDGET_S}s, quick: $QUICK"
     uname -a
+    ldd --version 2>/dev/null | head -n 1 || true
     rustc -V 2>/dev/null || echo "rustc: not installed here"
     git rev-parse HEAD 2>/dev/null || true
     lscpu 2>/dev/null | grep -E 'Model name|Socket|Core|Thread|NUMA node\(s\)|^CPU\(s\)' || true
@@ -147,8 +166,9 @@ if [ -n "$PREBUILT" ]; then
     echo "prebuilt: $(cat "$PREBUILT/BUILD" 2>/dev/null || echo 'no BUILD file')" >>"$results/machine.txt"
     hb="$PREBUILT/hackbench"
     tp="$PREBUILT/thread_pools"
-    # criterion writes its estimates under $CARGO_TARGET_DIR/criterion (it asks cargo only when that is unset).
-    export CARGO_TARGET_DIR="$target"
+    # criterion writes its estimates under $CARGO_TARGET_DIR/criterion (it asks cargo only when that is unset):
+    # here straight into the results, so no estimates of earlier runs mix in.
+    export CARGO_TARGET_DIR="$results/target"
 else
     step 300 "$results/build.log" cargo build --release --examples --benches
     if [ "$step_status" != ok ]; then
@@ -159,13 +179,16 @@ else
     hb="$target/release/examples/hackbench"
     tp="$target/release/examples/thread_pools"
 fi
-# bench_cmd BENCH: the command line that runs a criterion bench in bench mode, options to follow.
-bench_cmd() {
-    if [ -n "$PREBUILT" ]; then
-        echo "$PREBUILT/$1" --bench
-    else
-        echo cargo bench --bench "$1" --
+# whole LIMIT OUT COMMAND...: `step` for a command that prints its results only when it ends (the examples'
+# comparisons): skipped, rather than cut short with nothing to show, when less than LIMIT seconds are left.
+whole() {
+    if [ "$(left)" -lt "$1" ]; then
+        log "SKIPPED (needs up to ${1}s, $(left)s left of the budget): ${*:3}"
+        echo "skipped (budget)  0s  ${*:3}" >>"$results/steps.txt"
+        step_status=skipped
+        return 0
     fi
+    step "$@"
 }
 
 # Criterion: each bench measures thread counts derived from the N CPUs it is allowed (enter_exit: 1, N, 2N;
@@ -205,24 +228,35 @@ for bench in enter_exit sharded_counter; do
             if [ "$i" -eq 0 ]; then counts+=(1 2); fi
             if [ "$i" -eq "$last" ]; then counts+=($((4 * n))); fi
         fi
+        if [ -n "$PREBUILT" ]; then
+            run_bench=("$PREBUILT/$bench" --bench)
+        else
+            run_bench=(cargo bench --bench "$bench" --)
+        fi
+        # Cut short, a criterion step still leaves every line it finished (only its closing table is lost).
         step 150 "$results/criterion-$bench-${n}cpus.txt" \
-            taskset -c "$(first_cpus "$n")" $(bench_cmd "$bench") "${crit[@]}" "$(regex "${counts[@]}")"
-        if [ -d "$target/criterion" ]; then
+            taskset -c "$(first_cpus "$n")" "${run_bench[@]}" "${crit[@]}" "$(regex "${counts[@]}")"
+        if [ -z "$PREBUILT" ] && [ -d "$target/criterion" ]; then
             cp -r "$target/criterion" "$results/"
         fi
     done
 done
 
-# hackbench: every policy, groups 1..16, interleaved repeats; guard around the I/O (default) and around the
-# per-CID update only.
+# hackbench: every policy, interleaved repeats. The guard around the I/O (the default, issue 6's goal) one group
+# count per step, so that running out of budget loses one count, not the table; then groups 1..16 with the guard
+# around the per-CID update only, and over pipes with pinned threads.
 if [ "$QUICK" = 1 ]; then
-    hbargs=(--compare --groups-list 1,2,4,8,16 -f 5 -l 50 --repeats 1)
+    hbargs=(--compare -f 5 -l 50 --repeats 1)
 else
-    hbargs=(--compare --groups-list 1,2,4,8,16 -f 20 -l 200 --repeats 5) # 5+ repeats: the goal verdict needs a CI
+    hbargs=(--compare -f 20 -l 200 --repeats 5) # 5+ repeats: the goal verdict needs a CI
 fi
-step 240 "$results/hackbench-io.txt" "$hb" "${hbargs[@]}" --json "$results/hackbench-io.json"
-step 240 "$results/hackbench-update.txt" "$hb" "${hbargs[@]}" --guard update --json "$results/hackbench-update.json"
-step 120 "$results/hackbench-pipe-pinned.txt" "$hb" "${hbargs[@]}" --pipe --pin \
+for g in 1 2 4 8 16; do
+    whole 60 "$results/hackbench-io-${g}groups.txt" "$hb" "${hbargs[@]}" --groups-list "$g" \
+        --json "$results/hackbench-io-${g}groups.json"
+done
+whole 240 "$results/hackbench-update.txt" "$hb" "${hbargs[@]}" --groups-list 1,2,4,8,16 --guard update \
+    --json "$results/hackbench-update.json"
+whole 120 "$results/hackbench-pipe-pinned.txt" "$hb" "${hbargs[@]}" --groups-list 1,2,4,8,16 --pipe --pin \
     --json "$results/hackbench-pipe-pinned.json"
 
 # thread_pools: the default three (8x8 and two mode-crossing configurations), then 1..16 pools of 8 threads and the
@@ -232,12 +266,12 @@ if [ "$QUICK" = 1 ]; then
 else
     tpargs=(--compare --seconds 0.3 --repeats 7)
 fi
-step 120 "$results/thread_pools-default.txt" "$tp" "${tpargs[@]:1}" --json "$results/thread_pools-default.json"
+whole 120 "$results/thread_pools-default.txt" "$tp" "${tpargs[@]:1}" --json "$results/thread_pools-default.json"
 for p in 1 2 4 8 16; do
-    step 60 "$results/thread_pools-${p}x8.txt" "$tp" "${tpargs[@]}" -p "$p" -t 8 \
+    whole 60 "$results/thread_pools-${p}x8.txt" "$tp" "${tpargs[@]}" -p "$p" -t 8 \
         --json "$results/thread_pools-${p}x8.json"
 done
-step 60 "$results/thread_pools-32x32.txt" "$tp" "${tpargs[@]}" -p 32 -t 32 --json "$results/thread_pools-32x32.json"
+whole 60 "$results/thread_pools-32x32.txt" "$tp" "${tpargs[@]}" -p 32 -t 32 --json "$results/thread_pools-32x32.json"
 
 summarize
 log "done in $(($(date +%s) - start))s (budget ${BUDGET_S}s): $results"
