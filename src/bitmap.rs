@@ -31,7 +31,7 @@ const MAX_CHUNKS: usize = 2;
 /// The largest number of CIDs a group can ever hand out.
 pub(crate) const MAX_BITS: usize = CHUNK_BITS * MAX_CHUNKS;
 /// Debug builds: failed scans in a row after which `get` reports a leak instead of spinning on (about a second
-/// of spinning on a full chunk; a lost race costs one scan, so only a full bitmap gets here). Smaller in the unit
+/// per chunk the bitmap has: a scan reads them all; a lost race costs one scan, so only a full bitmap gets here). Smaller in the unit
 /// tests, which trip it on purpose.
 const WATCHDOG_SCANS: u32 = if cfg!(test) { 1 << 12 } else { 1 << 22 };
 
@@ -228,9 +228,11 @@ impl Bitmap {
             if let Some(cid) = self.try_get(usize::MAX) {
                 return cid;
             }
-            failed += 1;
-            if cfg!(debug_assertions) && failed == WATCHDOG_SCANS {
-                self.exhausted();
+            if cfg!(debug_assertions) {
+                failed += 1;
+                if failed == WATCHDOG_SCANS {
+                    self.exhausted();
+                }
             }
             spin_loop();
         }
