@@ -70,8 +70,8 @@ usage: hackbench [options]
       --guard WHAT       io: the guard spans each message's read/write system call (default), so a thread
                          blocked in the call keeps its CID; update: the guard spans only the per-CID update
                          (a CID only while running, as in the kernel)
-      --json FILE        write the results as JSON (checked before the run; written at the end as FILE.tmp,
-                         then renamed, so a failed run leaves an earlier FILE as it was)
+      --json FILE        write the results as JSON (checked before the run; written at the end into a
+                         temporary beside FILE, then renamed: a failed run leaves an earlier FILE as it was)
   -h, --help             this text
 
 A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts). It

@@ -57,8 +57,8 @@ usage: thread_pools [options]
       --virtual-cpus N   mmcid group (and lazy core slots) with N simulated cores instead of the machine's
                          (at most 65536, mmcid's limit)
       --repeats N        runs per policy in --compare, interleaved (default 11; 5 or more for a 90% CI)
-      --json FILE        write the results as JSON (checked before the run; written at the end as FILE.tmp,
-                         then renamed, so a failed run leaves an earlier FILE as it was)
+      --json FILE        write the results as JSON (checked before the run; written at the end into a
+                         temporary beside FILE, then renamed: a failed run leaves an earlier FILE as it was)
   -h, --help             this text
 
 pools x (threads + 1) is at most 8192 threads at once (each pool thread and its short-lived threads).
@@ -920,13 +920,23 @@ mod tests {
 
     /// The lazy policies' periodic compaction runs under thread churn, where each thread enters only twice: a
     /// run longer than the 100 ms period scans (with the clock checked only every 256th enter of a thread, it
-    /// never did, and lazy-all and lazy-visited measured the same thing).
+    /// never did, and lazy-all and lazy-visited measured the same thing). A scan needs some thread's first enter
+    /// to fall after the period, so a loaded machine that stalls the churn for 200 ms gets up to 5 tries; the old
+    /// trigger scanned in none.
     #[test]
     fn lazy_policies_scan_under_churn() {
         let setup = Setup { pools: 2, threads: 3, virtual_cpus: None, crossing: false };
         for name in ["lazy-all", "lazy-visited"] {
-            let out = run_one(common::policy_index(name).unwrap(), setup, 0.3).unwrap();
-            assert!(out.scans.is_some_and(|n| n >= 1), "{name}: {out:?}");
+            let mut outs = Vec::new();
+            while outs.len() < 5 {
+                let out = run_one(common::policy_index(name).unwrap(), setup, 0.3).unwrap();
+                let scanned = out.scans.is_some_and(|n| n >= 1);
+                outs.push(out);
+                if scanned {
+                    break;
+                }
+            }
+            assert!(outs.last().is_some_and(|o| o.scans.is_some_and(|n| n >= 1)), "{name}: {outs:?}");
         }
     }
 

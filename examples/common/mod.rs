@@ -410,40 +410,65 @@ pub fn json_median_vs(prefix: &str, median_key: &str, m: f64, base: f64, decimal
     format!("\"{prefix}{median_key}\":{},\"{prefix}vs_none_pct\":{}", json_num(m, decimals), json_num(pct(m, base), 3))
 }
 
-/// The `--json` output file. Checked before the run (a new file can be made beside it, and it is not a directory),
-/// written only at the end: into `FILE.tmp`, which is then renamed over `FILE`, so a run that fails or is killed
-/// leaves an earlier `FILE` as it was.
+/// The `--json` output file. Checked before the run (it can be written, and it is not a directory), written only at
+/// the end. A regular file (or a new one) is written into `FILE.<pid>.tmp`, made fresh (never through an existing
+/// file or link of that name), which is then renamed over `FILE`, so a run that fails or is killed leaves an earlier
+/// `FILE` as it was; anything else that exists (`/dev/stdout`, a pipe) is written in place.
 #[derive(Debug)]
 pub struct JsonFile {
     path: std::path::PathBuf,
-    tmp: std::path::PathBuf,
+    /// `None`: write `path` in place.
+    tmp: Option<std::path::PathBuf>,
 }
 
 impl JsonFile {
-    /// Checks that `path` can be written (by making and removing `path.tmp`); the error names the path.
+    /// Checks that `path` can be written (by making and removing its temporary, or opening it for writing if it
+    /// is not a regular file); the error names the path.
     pub fn create(path: &str) -> Result<JsonFile, String> {
         if path.is_empty() {
             return Err("--json: an empty file name".into());
         }
-        let file = JsonFile { path: path.into(), tmp: format!("{path}.tmp").into() };
-        if file.path.is_dir() {
-            return Err(format!("cannot write {path}: it is a directory"));
+        let target = std::path::Path::new(path);
+        match std::fs::metadata(target) {
+            Ok(m) if m.is_dir() => return Err(format!("cannot write {path}: it is a directory")),
+            Ok(m) if !m.is_file() => {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(target)
+                    .map_err(|e| format!("cannot write {path}: {e}"))?;
+                return Ok(JsonFile { path: path.into(), tmp: None });
+            }
+            _ => {}
         }
-        std::fs::File::create(&file.tmp)
-            .and_then(|_| std::fs::remove_file(&file.tmp))
-            .map_err(|e| format!("cannot write {path} (tried {path}.tmp): {e}"))?;
-        Ok(file)
+        let tmp = std::path::PathBuf::from(format!("{path}.{}.tmp", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|_| std::fs::remove_file(&tmp))
+            .map_err(|e| format!("cannot write {path} (tried {}): {e}", tmp.display()))?;
+        Ok(JsonFile { path: path.into(), tmp: Some(tmp) })
     }
 
-    /// Writes `body` as the whole file: into `FILE.tmp`, then renamed over `FILE`. On an error the temporary is
-    /// removed and `FILE` is left as it was.
+    /// Writes `body` as the whole file (see the type). On an error the temporary is removed and `FILE` is left as
+    /// it was.
     pub fn write(self, body: &str) -> Result<(), String> {
         use std::io::Write;
-        let written = std::fs::File::create(&self.tmp)
+        let Some(tmp) = &self.tmp else {
+            return std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.path)
+                .and_then(|mut f| f.write_all(body.as_bytes()))
+                .map_err(|e| format!("cannot write {}: {e}", self.path.display()));
+        };
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
             .and_then(|mut f| f.write_all(body.as_bytes()).and_then(|()| f.sync_all()))
-            .and_then(|()| std::fs::rename(&self.tmp, &self.path));
+            .and_then(|()| std::fs::rename(tmp, &self.path));
         written.map_err(|e| {
-            let _ = std::fs::remove_file(&self.tmp);
+            let _ = std::fs::remove_file(tmp);
             format!("cannot write {}: {e}", self.path.display())
         })
     }
@@ -709,14 +734,15 @@ mod tests {
         assert_eq!(json_list(&[], 2), "");
     }
 
-    /// The path is checked up front but written only at the end, through `FILE.tmp`: until then (a run that
-    /// fails) an earlier file is untouched, and no temporary is left either way.
+    /// The path is checked up front but written only at the end, through `FILE.<pid>.tmp`: until then (a run that
+    /// fails) an earlier file is untouched, and no temporary is left either way. A path that exists but is not a
+    /// regular file (`/dev/null` here, `/dev/stdout` in use) is written in place.
     #[test]
     fn json_file_is_checked_up_front_and_replaced_at_the_end() {
         let dir = std::env::temp_dir().join(format!("mmcid-json-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("out.json");
-        let tmp = dir.join("out.json.tmp");
+        let tmp = dir.join(format!("out.json.{}.tmp", std::process::id()));
         let path = path.to_str().unwrap();
         std::fs::write(path, "earlier\n").unwrap();
         let file = JsonFile::create(path).unwrap();
@@ -739,6 +765,7 @@ mod tests {
         std::fs::create_dir(path).unwrap();
         assert!(file.write("x").is_err());
         assert!(!tmp.exists(), "the temporary is removed after a failed rename");
+        JsonFile::create("/dev/null").unwrap().write("{}").unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
