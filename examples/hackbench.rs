@@ -1039,6 +1039,7 @@ fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::testing::{spawn_bounded, within, PanicAt};
 
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
         parse_args(words.iter().map(|w| w.to_string()), u64::MAX)
@@ -1104,21 +1105,6 @@ mod tests {
         assert_eq!(first.first_failure.get().map(String::as_str), Some("first"));
     }
 
-    /// Starts `f()` on another thread; the returned wait gives its result, or an error if it has not returned
-    /// 20 s after the wait began (so that a call that waits for ever fails the test instead of hanging it).
-    fn spawn_bounded<T: Send + 'static>(
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> impl FnOnce() -> Result<T, &'static str> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(f()));
-        move || rx.recv_timeout(Duration::from_secs(20)).map_err(|_| "still waiting after 20 s")
-    }
-
-    /// `f()` on another thread, given at most 20 s.
-    fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, &'static str> {
-        spawn_bounded(f)()
-    }
-
     /// The shutdown that a failed worker triggers releases a reader blocked on the group's socket or pipe, and
     /// makes later writes fail.
     #[test]
@@ -1151,33 +1137,6 @@ mod tests {
         assert!(writer().unwrap().is_err());
     }
 
-    /// The baseline's CIDs, but the `at`-th enter (over all threads, from 0) panics: a worker failing after go.
-    struct PanicAt {
-        inner: NoCid,
-        at: usize,
-        enters: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Policy for PanicAt {
-        type Thread = <NoCid as Policy>::Thread;
-        type Guard<'a> = <NoCid as Policy>::Guard<'a>;
-        fn name(&self) -> &'static str {
-            "panic-at"
-        }
-        fn thread(&self, cpu: Option<usize>) -> Self::Thread {
-            self.inner.thread(cpu)
-        }
-        fn enter<'a>(&'a self, thread: &'a mut Self::Thread) -> Self::Guard<'a> {
-            if self.enters.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == self.at {
-                panic!("injected panic at enter {}", self.at);
-            }
-            self.inner.enter(thread)
-        }
-        fn cids_in_use(&self) -> usize {
-            0
-        }
-    }
-
     slots_bench!(PanicAt: no_idle_cids);
 
     /// A worker that panics after go (here in the first enter, or the 500th) shuts its group's channels: its
@@ -1191,7 +1150,7 @@ mod tests {
             for pipe in [false, true] {
                 let mut cfg = parse(words).unwrap().unwrap();
                 cfg.pipe = pipe;
-                let policy = PanicAt { inner: NoCid::new(), at, enters: Default::default() };
+                let policy = PanicAt::new(usize::MAX, at);
                 let result = within(move || run_policy(policy, &Run { groups: 2, cfg: &cfg, cpus: &[] }));
                 let e = result.unwrap_or_else(|e| panic!("at {at}, pipe {pipe}: {e}")).unwrap_err();
                 assert_eq!(e, "a worker panicked after go", "at {at}, pipe {pipe}");

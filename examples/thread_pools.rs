@@ -770,7 +770,7 @@ fn json_body(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use common::testing::{within, PanicAt};
 
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
         parse_args(words.iter().map(|w| w.to_string()))
@@ -832,51 +832,6 @@ mod tests {
         }
     }
 
-    /// The baseline's CIDs, but the `thread_at`-th `thread` or the `enter_at`-th `enter` (over all threads, from
-    /// 0) panics: a short-lived thread failing in the middle of a run.
-    struct PanicAt {
-        inner: NoCid,
-        thread_at: usize,
-        enter_at: usize,
-        threads: AtomicUsize,
-        enters: AtomicUsize,
-    }
-
-    impl PanicAt {
-        fn new(thread_at: usize, enter_at: usize) -> PanicAt {
-            PanicAt {
-                inner: NoCid::new(),
-                thread_at,
-                enter_at,
-                threads: AtomicUsize::new(0),
-                enters: AtomicUsize::new(0),
-            }
-        }
-    }
-
-    impl Policy for PanicAt {
-        type Thread = <NoCid as Policy>::Thread;
-        type Guard<'a> = <NoCid as Policy>::Guard<'a>;
-        fn name(&self) -> &'static str {
-            "panic-at"
-        }
-        fn thread(&self, cpu: Option<usize>) -> Self::Thread {
-            if self.threads.fetch_add(1, Ordering::Relaxed) == self.thread_at {
-                panic!("injected panic in thread {}", self.thread_at);
-            }
-            self.inner.thread(cpu)
-        }
-        fn enter<'a>(&'a self, thread: &'a mut Self::Thread) -> Self::Guard<'a> {
-            if self.enters.fetch_add(1, Ordering::Relaxed) == self.enter_at {
-                panic!("injected panic at enter {}", self.enter_at);
-            }
-            self.inner.enter(thread)
-        }
-        fn cids_in_use(&self) -> usize {
-            0
-        }
-    }
-
     /// A short-lived thread that panics before it checks in (in `thread`, or its first enter: enter 1 of one
     /// pool of 3) or after (its second enter: enter 4, after the pool let the round go) still counts itself out:
     /// the pool ends its round, the run returns an error naming the panic, and no thread is left waiting. Without
@@ -885,13 +840,9 @@ mod tests {
     #[test]
     fn a_panicking_thread_fails_the_run_instead_of_hanging_it() {
         for (thread_at, enter_at) in [(1, usize::MAX), (usize::MAX, 1), (usize::MAX, 4)] {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let setup = Setup { pools: 1, threads: 3, virtual_cpus: None, crossing: false };
-                tx.send(run_policy(Arc::new(PanicAt::new(thread_at, enter_at)), setup, 0.05))
-            });
-            let result = rx.recv_timeout(Duration::from_secs(20));
-            let e = result.unwrap_or_else(|_| panic!("thread {thread_at} enter {enter_at}: still waiting after 20 s"));
+            let setup = Setup { pools: 1, threads: 3, virtual_cpus: None, crossing: false };
+            let result = within(move || run_policy(Arc::new(PanicAt::new(thread_at, enter_at)), setup, 0.05));
+            let e = result.unwrap_or_else(|e| panic!("thread {thread_at} enter {enter_at}: {e}"));
             let e = e.unwrap_err();
             assert!(e.starts_with("1 short-lived thread(s) and 0 pool thread(s) panicked"), "{e}");
         }

@@ -538,6 +538,74 @@ fn milestone(done: usize, total: usize) -> bool {
     done == 1 || done * 10 / total != (done - 1) * 10 / total
 }
 
+/// Test-only helpers shared by the examples' tests.
+#[cfg(test)]
+pub mod testing {
+    use mmcid::policy::{NoCid, Policy};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Starts `f()` on another thread; the returned wait gives its result, or an error if it has not returned
+    /// 20 s after the wait began (so that a call that waits for ever fails the test instead of hanging it).
+    pub fn spawn_bounded<T: Send + 'static>(
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> impl FnOnce() -> Result<T, &'static str> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        move || rx.recv_timeout(Duration::from_secs(20)).map_err(|_| "still waiting after 20 s")
+    }
+
+    /// `f()` on another thread, given at most 20 s.
+    pub fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, &'static str> {
+        spawn_bounded(f)()
+    }
+
+    /// The baseline's CIDs, but the `thread_at`-th `thread` or the `enter_at`-th `enter` (over all threads, from
+    /// 0) panics: a short-lived thread failing in the middle of a run.
+    pub struct PanicAt {
+        inner: NoCid,
+        thread_at: usize,
+        enter_at: usize,
+        threads: AtomicUsize,
+        enters: AtomicUsize,
+    }
+
+    impl PanicAt {
+        pub fn new(thread_at: usize, enter_at: usize) -> PanicAt {
+            PanicAt {
+                inner: NoCid::new(),
+                thread_at,
+                enter_at,
+                threads: AtomicUsize::new(0),
+                enters: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    impl Policy for PanicAt {
+        type Thread = <NoCid as Policy>::Thread;
+        type Guard<'a> = <NoCid as Policy>::Guard<'a>;
+        fn name(&self) -> &'static str {
+            "panic-at"
+        }
+        fn thread(&self, cpu: Option<usize>) -> Self::Thread {
+            if self.threads.fetch_add(1, Ordering::Relaxed) == self.thread_at {
+                panic!("injected panic in thread {}", self.thread_at);
+            }
+            self.inner.thread(cpu)
+        }
+        fn enter<'a>(&'a self, thread: &'a mut Self::Thread) -> Self::Guard<'a> {
+            if self.enters.fetch_add(1, Ordering::Relaxed) == self.enter_at {
+                panic!("injected panic at enter {}", self.enter_at);
+            }
+            self.inner.enter(thread)
+        }
+        fn cids_in_use(&self) -> usize {
+            0
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
