@@ -75,8 +75,9 @@ usage: hackbench [options]
   -h, --help             this text
 
 A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts). It
-needs as many file descriptors (the channels' ends) plus one per group and 32 for the process: checked against the soft limit
-(ulimit -n) before the run; and each thread holds one message buffer of -s bytes: at most 1 GiB of buffers in all.
+needs as many file descriptors (the channels' ends) plus one per group and 32 for the process: checked against
+the soft limit (ulimit -n) before the run; and each thread holds one message buffer of -s bytes: at most 1 GiB of
+buffers in all.
 
 Every message sent and every message received happens inside a guard of the policy, which updates the
 per-CID shard of the guard's CID (mmcid: mmcid::PerCid; others: a cache-padded array indexed by the CID).
@@ -237,8 +238,8 @@ fn parse_args(args: impl Iterator<Item = String>, fd_limit: u64) -> Result<Optio
     if needed as u64 > fd_limit {
         return Err(format!(
             "{max_groups} groups × {fds} fds need {needed} file descriptors (2 × fds × groups channel ends + \
-             groups + {RESERVED_FDS}), but the limit on open files (ulimit -n) is {fd_limit}: raise it or run fewer groups \
-             or fds"
+             groups + {RESERVED_FDS}), but the limit on open files (ulimit -n) is {fd_limit}: raise it or run \
+             fewer groups or fds"
         ));
     }
     if run_totals(max_groups, fds, loops, size).is_none() {

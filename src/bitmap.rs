@@ -31,8 +31,8 @@ const MAX_CHUNKS: usize = 2;
 /// The largest number of CIDs a group can ever hand out.
 pub(crate) const MAX_BITS: usize = CHUNK_BITS * MAX_CHUNKS;
 /// Debug builds: failed scans in a row after which `get` reports a leak instead of spinning on (about a second
-/// per chunk the bitmap has: a scan reads them all; a lost race costs one scan, so only a full bitmap gets here). Smaller in the unit
-/// tests, which trip it on purpose.
+/// per chunk the bitmap has: a scan reads them all; a lost race costs one scan, so only a full bitmap gets here).
+/// Smaller in the unit tests, which trip it on purpose.
 const WATCHDOG_SCANS: u32 = if cfg!(test) { 1 << 12 } else { 1 << 22 };
 
 /// One lane of a chunk, on its own 128-byte line (two 64-byte lines: adjacent-line prefetch pairs them).

@@ -852,10 +852,10 @@ impl ThreadView {
     /// Guards are normally dropped in the reverse order of entering. If the thread drops a guard while one it
     /// entered later is still live, this is `None` from then on, except for guards entered later while each is the
     /// innermost, until the thread's last guard drops. So it never shows a CID the thread no longer holds, except
-    /// after a `mem::forget`: a guard passed to `mem::forget` is never dropped, so for the rest of the thread the view counts it as live: it
-    /// shows the forgotten guard's CID whenever no later guard is live (also after its registration's next enter
-    /// or drop gave the CID back, [`CidGuard`](crate::CidGuard)), and after an out-of-order drop it stays `None`
-    /// outside later guards.
+    /// after a `mem::forget`: a guard passed to `mem::forget` is never dropped, so for the rest of the thread the
+    /// view counts it as live: it shows the forgotten guard's CID whenever no later guard is live (also after its
+    /// registration's next enter or drop gave the CID back, [`CidGuard`](crate::CidGuard)), and after an
+    /// out-of-order drop it stays `None` outside later guards.
     #[inline]
     pub fn cid(&self) -> Option<Cid> {
         self.cid
