@@ -113,14 +113,18 @@ summarize() {
 # what is left of the budget, whichever is less; records the outcome in steps.txt (and step_status) and rewrites
 # summary.txt.
 step_status=
+# skip WHY COMMAND: records a step that did not run for lack of budget.
+skip() {
+    log "SKIPPED ($1): $2"
+    echo "skipped (budget)  0s  $2" >>"$results/steps.txt"
+    step_status=skipped
+}
 step() {
     local limit=$1 out=$2 rest status began rc=0
     shift 2
     rest=$(left)
     if [ "$rest" -lt 10 ]; then
-        log "SKIPPED (budget of ${BUDGET_S}s spent): $*"
-        echo "skipped (budget)  0s  $*" >>"$results/steps.txt"
-        step_status=skipped
+        skip "budget of ${BUDGET_S}s spent" "$*"
         return 0
     fi
     if [ "$limit" -gt "$rest" ]; then
@@ -183,9 +187,7 @@ fi
 # comparisons): skipped, rather than cut short with nothing to show, when less than LIMIT seconds are left.
 whole() {
     if [ "$(left)" -lt "$1" ]; then
-        log "SKIPPED (needs up to ${1}s, $(left)s left of the budget): ${*:3}"
-        echo "skipped (budget)  0s  ${*:3}" >>"$results/steps.txt"
-        step_status=skipped
+        skip "needs up to ${1}s, $(left)s left of the budget" "${*:3}"
         return 0
     fi
     step "$@"
