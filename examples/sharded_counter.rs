@@ -27,7 +27,8 @@ fn usage() -> String {
     )
 }
 
-fn parse() -> Result<Args, String> {
+/// The arguments, or `Ok(None)` after printing the usage for `--help`.
+fn parse() -> Result<Option<Args>, String> {
     let mut args = Args { threads: 8, iters: 1_000_000 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -38,7 +39,10 @@ fn parse() -> Result<Args, String> {
         match flag.as_str() {
             "--threads" => args.threads = value("--threads")? as usize,
             "--iters" => args.iters = value("--iters")?,
-            "-h" | "--help" => return Err(String::new()),
+            "-h" | "--help" => {
+                println!("{}", usage());
+                return Ok(None);
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -48,16 +52,15 @@ fn parse() -> Result<Args, String> {
     if (args.threads as u64).checked_mul(args.iters).is_none() {
         return Err("--threads × --iters overflows a 64-bit count".into());
     }
-    Ok(args)
+    Ok(Some(args))
 }
 
 fn main() -> ExitCode {
     let args = match parse() {
-        Ok(a) => a,
+        Ok(Some(a)) => a,
+        Ok(None) => return ExitCode::SUCCESS,
         Err(e) => {
-            if !e.is_empty() {
-                eprintln!("error: {e}");
-            }
+            eprintln!("error: {e}");
             eprintln!("{}", usage());
             return ExitCode::from(2);
         }

@@ -14,7 +14,7 @@ mod imp {
     /// Loom has neither compiler fences nor membarrier, so the models run groups without membarrier, where the
     /// fast paths' compiler fence orders nothing between threads: a no-op here, exactly as weak as on the hardware.
     /// What loom checks is the fallback's full fences (`Inner::light_barrier_rest`), placed where the membarrier
-    /// build relies on its compiler fence (docs/loom.md, "asymmetric fences").
+    /// build relies on its compiler fence (docs/loom.md, "How the asymmetric (membarrier) fast path is modelled").
     pub(crate) fn compiler_fence(_order: Ordering) {}
 
     /// A mutex with parking_lot's infallible `lock()`.

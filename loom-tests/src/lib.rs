@@ -54,7 +54,7 @@ mod harness {
         }
     }
 
-    /// Default preemption bound when `LOOM_MAX_PREEMPTIONS` is unset (docs/loom.md, "bounds").
+    /// Default preemption bound when `LOOM_MAX_PREEMPTIONS` is unset (docs/loom.md, "How to run").
     pub const DEFAULT_PREEMPTIONS: usize = 2;
 
     /// Runs `f` under loom. `LOOM_MAX_PREEMPTIONS` (and every other `LOOM_*` variable) stays in charge; only an
