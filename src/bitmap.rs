@@ -184,9 +184,20 @@ impl Bitmap {
     }
 
     /// One attempt to take the lowest free CID below `limit` (`__mm_get_cid`): `None` if none looked free or the
-    /// race for the one found was lost. Scans row by row; in each row the lowest free CID is the least of the
-    /// lanes' lowest free bits.
+    /// race for the one found was lost.
     pub(crate) fn try_get(&self, limit: usize) -> Option<u32> {
+        let (word, bit, cid) = self.lowest_free(limit)?;
+        self.take(word, bit, cid)
+    }
+
+    /// Whether a CID below `limit` looks free: a hint, taken before a converger gives up its CID (§2.4).
+    pub(crate) fn has_free_below(&self, limit: usize) -> bool {
+        self.lowest_free(limit).is_some()
+    }
+
+    /// The lowest CID below `limit` that looks free, with its word and bit. Scans row by row; in each row the
+    /// lowest free CID is the least of the lanes' lowest free bits.
+    fn lowest_free(&self, limit: usize) -> Option<(&AtomicU64, u32, usize)> {
         let limit = limit.min(self.capacity());
         for c in 0..limit.div_ceil(CHUNK_BITS) {
             let chunk = self.chunk(c)?;
@@ -205,7 +216,7 @@ impl Bitmap {
                     }
                 }
                 if let Some((cid, lane, bit)) = best {
-                    return self.take(&chunk.lanes[lane].0[w], bit, cid);
+                    return Some((&chunk.lanes[lane].0[w], bit, cid));
                 }
             }
         }
@@ -395,7 +406,8 @@ mod tests {
     }
 
     /// Lowest-first allocation gives exactly what a flat bitmap gives, whatever the lanes: a reference model of
-    /// `Vec<bool>` driven by the same pseudo-random get / try_get(limit) / clear sequence.
+    /// `Vec<bool>` driven by the same pseudo-random get / try_get(limit) / clear sequence (and convergence's
+    /// `has_free_below(limit)` agrees with it before every `try_get`).
     #[test]
     fn lanes_do_not_change_lowest_first_results() {
         for lanes in [1, 2, 4, 16] {
@@ -419,6 +431,7 @@ mod tests {
                     2 => {
                         let limit = (x >> 8) as usize % (2 * CHUNK_BITS + 10);
                         let want = model.iter().take(limit).position(|&u| !u);
+                        assert_eq!(b.has_free_below(limit), want.is_some(), "lanes {lanes}: has_free_below({limit})");
                         let got = b.try_get(limit);
                         assert_eq!(got.map(|c| c as usize), want, "lanes {lanes}: try_get({limit})");
                         if let Some(c) = got {

@@ -184,13 +184,13 @@ impl Registration {
 
     /// Takes a CID for the life of the returned guard (≈ schedule-in). Never waits for another thread (I6): it
     /// takes no lock (the claim lock of a steal only with `try_lock`), and its loops are lock-free: a bitmap
-    /// allocation retries only when another thread's allocation won a race (design.md §2.4 has one momentary
-    /// exception), and a steal that got the claim lock drains the claims other exits deferred to it for as long
-    /// as they keep deferring (design.md §11). The per-task and per-CPU fast paths make no system call; two rare
-    /// paths issue one `membarrier`: taking an idle CID from another core in a group with restartable sequences,
-    /// and giving back a guard passed to `mem::forget`. The kernel completes it without waiting for the group's
-    /// threads to reach any point, but since Linux 6.8 serialises it on a kernel mutex, where it can sleep
-    /// (design.md §11).
+    /// allocation retries only when another thread's allocation won a race (a free bit always exists: nobody holds
+    /// two CIDs, design.md §2.4), and a steal that got the claim lock drains the claims other exits deferred to it
+    /// for as long as they keep deferring (design.md §11). The per-task and per-CPU fast paths make no system
+    /// call; two rare paths issue one `membarrier`: taking an idle CID from another core in a group with
+    /// restartable sequences, and giving back a guard passed to `mem::forget`. The kernel completes it without
+    /// waiting for the group's threads to reach any point, but since Linux 6.8 serialises it on a kernel mutex,
+    /// where it can sleep (design.md §11).
     #[inline(always)]
     pub fn enter(&mut self) -> CidGuard<'_> {
         let entered = self.enter_raw();
@@ -406,18 +406,21 @@ impl Registration {
             if (w as usize) < max {
                 return Held::Task(w);
             }
-            let Some(n) = g.bitmap.try_get(max) else {
+            if !g.bitmap.has_free_below(max) {
                 return Held::Task(w); // nothing free below max yet: keep it, converge at a later enter
-            };
-            c.bump(Ev::BitmapSet);
-            // AcqRel: ownership moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5.
-            if self.rec.cid.compare_exchange(w, n, AcqRel, Acquire).is_ok() {
+            }
+            // Converge, giving `w` up first so that we never hold two CIDs (design.md §2.4, §4.5). AcqRel: ownership
+            // moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5. If it fails, a fixup
+            // took `w`: our word is UNSET either way.
+            if self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_ok() {
                 g.bitmap.clear(w);
                 c.bump(Ev::BitmapClear);
-                c.bump(Ev::Converge);
-                return Held::Task(n);
             }
-            // The word changed under us: a fixup took `w`. Use `n` as our own CID instead.
+            // The lowest free CID: below max unless another thread took the free one meanwhile (then we converge at
+            // a later enter).
+            let n = g.bitmap.get();
+            c.bump(Ev::BitmapSet);
+            c.bump(if (n as usize) < max { Ev::Converge } else { Ev::Alloc });
             return self.install(n);
         }
         let n = g.bitmap.get();
@@ -493,13 +496,18 @@ impl Registration {
         let g = &*self.group.inner;
         let c = &self.rec.counters;
         let slot = &g.slots[cpu];
-        if let Some(n) = g.bitmap.try_get(max) {
+        if g.bitmap.has_free_below(max) {
+            // Give `cid` up first, so that the core never holds two CIDs (design.md §2.4). Until the store below,
+            // the slot names a CID we no longer own; nothing reads a BUSY slot's CID (walks, claims, borrows and
+            // sequences skip it), and the guard has not begun.
+            g.bitmap.clear(cid);
+            // The lowest free CID: below max unless another thread took the free one meanwhile.
+            let n = g.bitmap.get();
             // Relaxed: nobody reads a BUSY slot for data; our X1 (Release) publishes at exit.
             slot.store(slot::busy(n), Relaxed);
-            g.bitmap.clear(cid);
-            c.bump(Ev::BitmapSet);
             c.bump(Ev::BitmapClear);
-            c.bump(Ev::Converge);
+            c.bump(Ev::BitmapSet);
+            c.bump(if (n as usize) < max { Ev::Converge } else { Ev::Alloc });
             return n;
         }
         // Every low CID is owned: reclaim one parked on a core nobody is using (stronger than the kernel).

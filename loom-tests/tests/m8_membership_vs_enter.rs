@@ -38,8 +38,8 @@ fn scenario(name: &'static str, mutant: Mutant) {
         assert_eq!(cids.visit(&mut r1), (0, CidKind::Task));
         // max_cids 2 → 1.
         drop(r1);
-        // max_cids 1 → 2. Born with the lowest free CID below 2, or above it while T1's convergence briefly holds
-        // two bits (the hard bound users + cores still holds: checked by `Cids`).
+        // max_cids 1 → 2. Born with the lowest free CID: below 2, or above it while T1's convergence has given up
+        // CID 1 and not yet installed CID 0, or lost CID 0 to us (the hard bound users + cores holds: `Cids`).
         let mut r3 = Reg::new(&group, 0);
         cids.visit(&mut r3);
         drop(r3); // max_cids 2 → 1
