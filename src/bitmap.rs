@@ -197,6 +197,7 @@ impl Bitmap {
 
     /// The lowest CID below `limit` that looks free, with its word and bit. Scans row by row; in each row the
     /// lowest free CID is the least of the lanes' lowest free bits.
+    #[inline]
     fn lowest_free(&self, limit: usize) -> Option<(&AtomicU64, u32, usize)> {
         let limit = limit.min(self.capacity());
         for c in 0..limit.div_ceil(CHUNK_BITS) {

@@ -416,6 +416,7 @@ impl Registration {
                 g.bitmap.clear(w);
                 c.bump(Ev::BitmapClear);
             }
+            between_convergence_steps(g);
             // The lowest free CID: below max unless another thread took the free one meanwhile (then we converge at
             // a later enter).
             let n = g.bitmap.get();
@@ -501,6 +502,7 @@ impl Registration {
             // the slot names a CID we no longer own; nothing reads a BUSY slot's CID (walks, claims, borrows and
             // sequences skip it), and the guard has not begun.
             g.bitmap.clear(cid);
+            between_convergence_steps(g);
             // The lowest free CID: below max unless another thread took the free one meanwhile.
             let n = g.bitmap.get();
             // Relaxed: nobody reads a BUSY slot for data; our X1 (Release) publishes at exit.
@@ -876,9 +878,79 @@ fn drop_pooled(reg: NonNull<Registration>, entered: Entered) {
     drop(unsafe { Box::from_raw(reg.as_ptr()) });
 }
 
+/// Where a converger gives up its out-of-range CID and has not taken the new one yet: the point a preempted
+/// converger sits at (design.md §2.4). Unit tests record the bitmap there; elsewhere it is nothing.
+#[cfg(all(test, not(loom)))]
+fn between_convergence_steps(g: &Inner) {
+    tests::MID_CONVERGENCE.with(|seen| seen.borrow_mut().push(g.bitmap.count()));
+}
+
+#[cfg(not(all(test, not(loom))))]
+#[inline(always)]
+fn between_convergence_steps(_g: &Inner) {}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// The bitmap's count at each `between_convergence_steps` of this test's thread.
+        pub(super) static MID_CONVERGENCE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn mid_convergence_counts() -> Vec<usize> {
+        MID_CONVERGENCE.with(|seen| seen.take())
+    }
+
+    /// Per-task convergence gives the out-of-range CID up before it takes the new one (design.md §2.4): preempted
+    /// between the two, the converger holds nothing, so the bitmap holds no more bits than the registrations own
+    /// (here one) and an allocation always finds a free bit below `users + cores`. Taking first, as before
+    /// session 10, would show two bits there.
+    #[test]
+    fn per_task_convergence_never_holds_two_cids() {
+        let group = Group::builder().virtual_cpus(2).build().unwrap();
+        let r0 = group.register();
+        let mut r1 = group.register();
+        assert_eq!((r0.cid(), r1.cid(), group.max_cids()), (Some(Cid(0)), Some(Cid(1)), 2));
+        drop(r0); // max_cids 1: r1's CID 1 is out of range, CID 0 is free
+        let cid = r1.enter().cid().get();
+        let seen = mid_convergence_counts();
+        assert_eq!(
+            seen,
+            vec![0],
+            "the bitmap held {seen:?} bits between the converger's two steps; it owns one CID at most"
+        );
+        assert_eq!((cid, group.stats().enter_converge), (0, 1), "converged to CID 0");
+    }
+
+    /// The same for a core (design.md §4.5): core 1 adopted CID 1 from a guard that was inside during the switch
+    /// to per-CPU mode; once one user is left (`max_cids` 1, CID 0 free) the next borrower there converges, and
+    /// between its steps the bitmap holds nothing.
+    #[test]
+    fn per_cpu_convergence_never_holds_two_cids() {
+        let group = Group::builder().virtual_cpus(2).build().unwrap();
+        let r0 = group.register();
+        let mut r1 = group.register();
+        r1.set_cpu(Some(1)).unwrap();
+        let guard = r1.enter();
+        assert_eq!(guard.cid().get(), 1);
+        // The task → CPU switch takes r0's idle CID 0 and skips r1, inside its guard.
+        let r2 = group.register();
+        assert_eq!(group.mode(), crate::Mode::PerCpu);
+        drop(guard); // adopted by core 1 (the switch has completed and core 1 owns none)
+        assert_eq!(group.stats().exit_adopt, 1, "{:?}", group.stats());
+        drop((r0, r2));
+        assert_eq!((group.mode(), group.max_cids()), (crate::Mode::PerCpu, 1));
+        let cid = r1.enter().cid().get();
+        let seen = mid_convergence_counts();
+        assert_eq!(
+            seen,
+            vec![0],
+            "the bitmap held {seen:?} bits between the converger's two steps; core 1 owns one CID"
+        );
+        assert_eq!((cid, group.stats().enter_converge), (0, 1), "converged to CID 0");
+    }
 
     /// The hot paths touch the record's first 64 bytes only: the word, `running`, and the counters the fast and
     /// temporary paths bump (`Ev`'s first seven). A field reordering (a lost `repr(C)`) or an event inserted
