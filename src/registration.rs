@@ -899,14 +899,18 @@ mod tests {
         pub(super) static MID_CONVERGENCE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     }
 
-    fn mid_convergence_counts() -> Vec<usize> {
-        MID_CONVERGENCE.with(|seen| seen.take())
+    /// `reg`'s next enter must converge from its one out-of-range CID to CID 0, with no bit set in the bitmap
+    /// where a preempted converger would sit (taking first, as before session 10, shows two there).
+    fn assert_converges_holding_nothing(group: &Group, reg: &mut Registration) {
+        let cid = reg.enter().cid().get();
+        let seen = MID_CONVERGENCE.with(|seen| seen.take());
+        assert_eq!(seen, vec![0], "bits set between the converger's two steps; it owns one CID");
+        assert_eq!((cid, group.stats().enter_converge), (0, 1), "converged to CID 0");
     }
 
     /// Per-task convergence gives the out-of-range CID up before it takes the new one (design.md §2.4): preempted
     /// between the two, the converger holds nothing, so the bitmap holds no more bits than the registrations own
-    /// (here one) and an allocation always finds a free bit below `users + cores`. Taking first, as before
-    /// session 10, would show two bits there.
+    /// and an allocation always finds a free bit below `users + cores`.
     #[test]
     fn per_task_convergence_never_holds_two_cids() {
         let group = Group::builder().virtual_cpus(2).build().unwrap();
@@ -914,14 +918,7 @@ mod tests {
         let mut r1 = group.register();
         assert_eq!((r0.cid(), r1.cid(), group.max_cids()), (Some(Cid(0)), Some(Cid(1)), 2));
         drop(r0); // max_cids 1: r1's CID 1 is out of range, CID 0 is free
-        let cid = r1.enter().cid().get();
-        let seen = mid_convergence_counts();
-        assert_eq!(
-            seen,
-            vec![0],
-            "the bitmap held {seen:?} bits between the converger's two steps; it owns one CID at most"
-        );
-        assert_eq!((cid, group.stats().enter_converge), (0, 1), "converged to CID 0");
+        assert_converges_holding_nothing(&group, &mut r1);
     }
 
     /// The same for a core (design.md §4.5): core 1 adopted CID 1 from a guard that was inside during the switch
@@ -942,14 +939,7 @@ mod tests {
         assert_eq!(group.stats().exit_adopt, 1, "{:?}", group.stats());
         drop((r0, r2));
         assert_eq!((group.mode(), group.max_cids()), (crate::Mode::PerCpu, 1));
-        let cid = r1.enter().cid().get();
-        let seen = mid_convergence_counts();
-        assert_eq!(
-            seen,
-            vec![0],
-            "the bitmap held {seen:?} bits between the converger's two steps; core 1 owns one CID"
-        );
-        assert_eq!((cid, group.stats().enter_converge), (0, 1), "converged to CID 0");
+        assert_converges_holding_nothing(&group, &mut r1);
     }
 
     /// The hot paths touch the record's first 64 bytes only: the word, `running`, and the counters the fast and
