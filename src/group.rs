@@ -1074,6 +1074,7 @@ mutant_ids! {
     MUTANT_NO_DRAIN_LOOP = NoDrainLoop = 18;
     MUTANT_NO_DRAIN_BARRIER = NoDrainBarrier = 19;
     MUTANT_RELAXED_VISITED_BIT = RelaxedVisitedBit = 20;
+    MUTANT_CONVERGE_TAKES_FIRST = ConvergeTakesFirst = 21;
 }
 
 #[cfg(all(test, not(loom)))]

@@ -184,11 +184,11 @@ impl Registration {
 
     /// Takes a CID for the life of the returned guard (≈ schedule-in). Never waits for another thread (I6): it
     /// takes no lock (the claim lock of a steal only with `try_lock`), and its loops are lock-free: a bitmap
-    /// allocation retries only when another thread's allocation won a race (a free bit always exists: nobody holds
-    /// two CIDs, design.md §2.4), and a steal that got the claim lock drains the claims other exits deferred to it
-    /// for as long as they keep deferring (design.md §11). The per-task and per-CPU fast paths make no system
-    /// call; two rare paths issue one `membarrier`: taking an idle CID from another core in a group with
-    /// restartable sequences, and giving back a guard passed to `mem::forget`. The kernel completes it without
+    /// allocation retries only when another thread's allocation won a race (a free bit always exists: no
+    /// registration holds two CIDs, design.md §2.4), and a steal that got the claim lock drains the claims other
+    /// exits deferred to it for as long as they keep deferring (design.md §11). The per-task and per-CPU fast paths
+    /// make no system call; two rare paths issue one `membarrier`: taking an idle CID from another core in a group
+    /// with restartable sequences, and giving back a guard passed to `mem::forget`. The kernel completes it without
     /// waiting for the group's threads to reach any point, but since Linux 6.8 serialises it on a kernel mutex,
     /// where it can sleep (design.md §11).
     #[inline(always)]
@@ -409,19 +409,31 @@ impl Registration {
             if !g.bitmap.has_free_below(max) {
                 return Held::Task(w); // nothing free below max yet: keep it, converge at a later enter
             }
+            if g.mutant(MUTANT_CONVERGE_TAKES_FIRST) {
+                // Loom model 8's twin: the order before session 10, taking the new CID before giving `w` up.
+                let Some(n) = g.bitmap.try_get(max) else {
+                    return Held::Task(w);
+                };
+                if self.rec.cid.compare_exchange(w, n, AcqRel, Acquire).is_ok() {
+                    g.bitmap.clear(w);
+                    return Held::Task(n);
+                }
+                return self.install(n);
+            }
             // Converge, giving `w` up first so that we never hold two CIDs (design.md §2.4, §4.5). AcqRel: ownership
             // moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5. If it fails, a fixup
-            // took `w`: our word is UNSET either way.
-            if self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_ok() {
+            // took `w` (unreachable by D-enter: it saw our E1): our word is UNSET either way.
+            let gave_up = self.rec.cid.compare_exchange(w, UNSET, AcqRel, Acquire).is_ok();
+            if gave_up {
                 g.bitmap.clear(w);
                 c.bump(Ev::BitmapClear);
             }
             between_convergence_steps(g);
-            // The lowest free CID: below max unless another thread took the free one meanwhile (then we converge at
-            // a later enter).
+            // The lowest free CID: below max unless other threads took the free ones meanwhile (then it may even be
+            // above `w`, still below users + cores, and we converge at a later enter).
             let n = g.bitmap.get();
             c.bump(Ev::BitmapSet);
-            c.bump(if (n as usize) < max { Ev::Converge } else { Ev::Alloc });
+            c.bump(if gave_up && (n as usize) < max { Ev::Converge } else { Ev::Alloc });
             return self.install(n);
         }
         let n = g.bitmap.get();
@@ -498,9 +510,9 @@ impl Registration {
         let c = &self.rec.counters;
         let slot = &g.slots[cpu];
         if g.bitmap.has_free_below(max) {
-            // Give `cid` up first, so that the core never holds two CIDs (design.md §2.4). Until the store below,
-            // the slot names a CID we no longer own; nothing reads a BUSY slot's CID (walks, claims, borrows and
-            // sequences skip it), and the guard has not begun.
+            // Give `cid` up first, as per-task convergence does (design.md §2.4). Until the store below, the slot
+            // names a CID we no longer own; nothing reads a BUSY slot's CID (walks, claims, borrows and sequences
+            // skip it; `audit` runs only at quiescence), and the guard has not begun.
             g.bitmap.clear(cid);
             between_convergence_steps(g);
             // The lowest free CID: below max unless another thread took the free one meanwhile.

@@ -132,6 +132,9 @@ pub enum Mutant {
     NoDrainLoop,
     /// rseq groups: the drain takes the idle slots it claimed without the RSEQ membarrier in between.
     NoDrainBarrier,
+    /// Per-task convergence takes the in-range CID before it gives the out-of-range one up (the order before
+    /// session 10), so a converger between its two steps holds two (design.md §2.4).
+    ConvergeTakesFirst,
 }
 
 #[cfg(all(test, not(loom)))]

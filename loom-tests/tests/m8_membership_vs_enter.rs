@@ -3,8 +3,9 @@
 //! Two cores, per-task mode throughout (never more than two registrations). T1 enters and leaves twice with r2
 //! (CID 1 at first) while the main thread, inside a guard of r1, writes CID 0's data, then drops r1 (max_cids
 //! shrinks to 1: r2's CID 1 is now out of range), registers r3 (max_cids grows back to 2; r3 is born with the
-//! lowest free CID) and drops it again (max_cids 1). T1 reads `max_cids` racily (Relaxed, dossier O4): each of its
-//! enters keeps CID 1 or converges to a free CID below the bound it read. After the join, r2 is alone and its next
+//! lowest free CID, below 2 because T1 never holds two, design.md §2.4) and drops it again (max_cids 1). T1 reads
+//! `max_cids` racily (Relaxed, dossier O4): each of its enters keeps CID 1 or converges to a free CID below the
+//! bound it read. After the join, r2 is alone and its next
 //! guard has CID 0 (I4), whatever T1 did.
 //!
 //! CID 0 moves from r1 (dropped under the lifecycle lock) to T1's converging enter (no lock) through the bitmap
@@ -38,9 +39,11 @@ fn scenario(name: &'static str, mutant: Mutant) {
         assert_eq!(cids.visit(&mut r1), (0, CidKind::Task));
         // max_cids 2 → 1.
         drop(r1);
-        // max_cids 1 → 2. Born with the lowest free CID: below 2, or above it while T1's convergence has given up
-        // CID 1 and not yet installed CID 0, or lost CID 0 to us (the hard bound users + cores holds: `Cids`).
+        // max_cids 1 → 2. Born with the lowest free CID, which is below 2: T1 holds at most one CID at any instant,
+        // even between its convergence's two steps (design.md §2.4).
         let mut r3 = Reg::new(&group, 0);
+        let born = r3.cid().unwrap().get();
+        assert!(born < 2, "r3 born with CID {born}: T1's convergence held two CIDs at once");
         cids.visit(&mut r3);
         drop(r3); // max_cids 2 → 1
 
@@ -54,6 +57,14 @@ fn scenario(name: &'static str, mutant: Mutant) {
 #[test]
 fn membership_vs_enter() {
     scenario("membership_vs_enter", Mutant::None);
+}
+
+/// Convergence in the order before session 10 (take the new CID, then give the old one up): between the two
+/// steps T1 holds CIDs 0 and 1, and r3 is born with CID 2.
+#[test]
+#[should_panic(expected = "r3 born with CID 2")]
+fn membership_vs_enter_mutant_converge_takes_first() {
+    scenario("membership_vs_enter_mutant_converge_takes_first", Mutant::ConvergeTakesFirst);
 }
 
 /// Relaxed bitmap: T1's converging enter takes CID 0 without synchronising with r1's release of it.
