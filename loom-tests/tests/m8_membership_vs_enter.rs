@@ -5,8 +5,7 @@
 //! shrinks to 1: r2's CID 1 is now out of range), registers r3 (max_cids grows back to 2; r3 is born with the
 //! lowest free CID, below 2 because T1 never holds two, design.md §2.4) and drops it again (max_cids 1). T1 reads
 //! `max_cids` racily (Relaxed, dossier O4): each of its enters keeps CID 1 or converges to a free CID below the
-//! bound it read. After the join, r2 is alone and its next
-//! guard has CID 0 (I4), whatever T1 did.
+//! bound it read. After the join, r2 is alone and its next guard has CID 0 (I4), whatever T1 did.
 //!
 //! CID 0 moves from r1 (dropped under the lifecycle lock) to T1's converging enter (no lock) through the bitmap
 //! only, so the per-CID data written under r1's guard must reach T1 through the bitmap's Release / Acquire (I8).
