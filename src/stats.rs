@@ -63,7 +63,9 @@ pub struct Stats {
     /// Enters that moved a CID back under `max_cids` (I4); also counted in one of the categories above.
     pub enter_converge: u64,
     /// Enters that took a temporary CID because the core's CID was in use. Every enter is exactly one of
-    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`.
+    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`. A large share
+    /// means threads are descheduled inside their guards (blocked in a system call, or preempted on a busy core):
+    /// a temporary costs two bitmap RMWs more than a borrow, so keep guards around the work on per-CID data.
     pub enter_temporary: u64,
     /// Enters that allocated a CID from the bitmap (also counted in one of the categories above).
     pub enter_alloc: u64,
