@@ -1040,7 +1040,7 @@ fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::testing::{spawn_bounded, within, PanicAt};
+    use common::testing::{spawn_blocked, within, PanicAt};
 
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
         parse_args(words.iter().map(|w| w.to_string()), u64::MAX)
@@ -1114,9 +1114,8 @@ mod tests {
             let channels = Arc::new(Channels::new(1, pipe).unwrap());
             let reader = {
                 let channels = Arc::clone(&channels);
-                spawn_bounded(move || channels.list[0].read_exact(&mut [0u8; 8]))
+                spawn_blocked(move || channels.list[0].read_exact(&mut [0u8; 8]))
             };
-            std::thread::sleep(Duration::from_millis(50)); // let it block (the test holds either way)
             channels.shutdown();
             let err = reader().unwrap().unwrap_err();
             assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "pipe {pipe}");
@@ -1130,10 +1129,10 @@ mod tests {
         let channels = Arc::new(Channels::new(1, true).unwrap());
         let writer = {
             let channels = Arc::clone(&channels);
-            spawn_bounded(move || channels.list[0].write_all(&vec![0u8; 1 << 20]))
-            // more than a pipe holds
+            // More than a pipe holds: the first write fills it and blocks.
+            let data = vec![0u8; 1 << 20];
+            spawn_blocked(move || channels.list[0].write_all(&data))
         };
-        std::thread::sleep(Duration::from_millis(50));
         channels.shutdown();
         assert!(writer().unwrap().is_err());
     }

@@ -560,6 +560,35 @@ pub mod testing {
         spawn_bounded(f)()
     }
 
+    /// Like [`spawn_bounded`], but returns only once `f` sleeps in the kernel (state `S` in
+    /// `/proc/self/task/TID/stat`): a test of what frees a thread blocked in a system call then knows it is
+    /// blocked, instead of sleeping and hoping. `f` must block in its first system call; panics if it has not
+    /// after 10 s.
+    pub fn spawn_blocked<T: Send + 'static>(
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> impl FnOnce() -> Result<T, &'static str> {
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let wait = spawn_bounded(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            f()
+        });
+        let tid = tid_rx.recv_timeout(Duration::from_secs(10)).expect("the thread started");
+        let path = format!("/proc/self/task/{tid}/stat");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            // The state follows the command name, which is in parentheses and may itself contain ") ".
+            let state = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|stat| stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()));
+            if state == Some('S') {
+                return wait;
+            }
+            assert!(std::time::Instant::now() < deadline, "thread {tid} did not block within 10 s (state {state:?})");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// The baseline's CIDs, but the `thread_at`-th `thread` or the `enter_at`-th `enter` (over all threads, from
     /// 0) panics: a short-lived thread failing in the middle of a run.
     pub struct PanicAt {
