@@ -3,7 +3,7 @@
 # own target directory (target/loom) so the normal build is never invalidated, LOOM_MAX_PREEMPTIONS=2 unless the
 # caller sets it. Exits non-zero if any model fails or any mutant is not rejected.
 #
-#   scripts/loom.sh                          # the CI run (P=2)
+#   scripts/loom.sh                          # CI's first run (P=2); .ci/run has its second (P=3, three skipped)
 #   LOOM_MAX_PREEMPTIONS=3 scripts/loom.sh   # the deeper, documented run
 #   scripts/loom.sh --test m3_enter_vs_task_to_cpu -- --nocapture   # one file, with iteration counts
 set -euo pipefail

@@ -226,9 +226,9 @@ impl Bitmap {
 
     /// Takes the lowest free CID (`mm_get_cid`). The lowest free bit is below `limit` whenever any bit below it is
     /// free, so one scan serves both the kernel's "below max_cids" attempt and its fallback to the whole space.
-    /// Lock-free: a retry happens only when another thread's allocation won the race. Never fails while the
-    /// ownership invariant (design.md §2.4) holds, because the bitmap has at least one more bit than there can be
-    /// other owners.
+    /// Lock-free: a retry happens only when other threads' allocations or frees raced with the scan (each race is
+    /// another thread's progress). Never fails while the ownership invariant (design.md §2.4) holds, because the
+    /// bitmap has at least one more bit than there can be other owners.
     ///
     /// Debug builds have the watchdog the dossier asks for (§12): a leak past the bound (a bug: safe code cannot
     /// cause one) would otherwise show only as an `enter` that spins for ever, so after `WATCHDOG_SCANS` failed
