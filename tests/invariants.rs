@@ -299,6 +299,46 @@ fn i4_steal_from_an_idle_core_rseq_and_cas() {
     }
 }
 
+/// The same steal, on any machine with two allowed CPUs: the group's allowed set is CPU A alone (`max_cids` 1,
+/// per-CPU mode with two users, switch-back threshold 1 whatever the number of possible CPUs), so a thread pinned
+/// to CPU B, outside the set, finds core B's first CID out of range and must take CID 0 from A's slot (a claim in
+/// rseq groups, a CAS otherwise). Where `i4_steal_from_an_idle_core_rseq_and_cas` skips (4 or more possible
+/// CPUs), this one still reaches the steal.
+#[test]
+fn i4_steal_by_a_core_outside_the_allowed_set_rseq_and_cas() {
+    let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
+    if cpus.len() < 2 {
+        eprintln!("i4_steal_by_a_core_outside_the_allowed_set: fewer than two allowed CPUs, nothing to check");
+        return;
+    }
+    let (a, b) = (cpus[0], cpus[1]);
+    let pinned = |cpu: usize, reg: &mut mmcid::Registration| {
+        thread::scope(|s| {
+            s.spawn(|| {
+                assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to CPU {cpu}");
+                let g = reg.enter();
+                (g.kind(), g.cid().get())
+            })
+            .join()
+            .unwrap()
+        })
+    };
+    for rseq in [true, false] {
+        let only_a = CpuSet::from_cpus([a]).unwrap();
+        let group = Group::builder().cpus(only_a).restartable_sequences(rseq).build().unwrap();
+        assert_eq!(group.uses_rseq(), rseq && rseq_expected());
+        let mut regs: Vec<_> = (0..2).map(|_| group.register()).collect();
+        assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 1));
+        assert_eq!(pinned(a, &mut regs[0]), (CidKind::Core(a), 0));
+        assert_eq!(pinned(b, &mut regs[1]), (CidKind::Core(b), 0), "rseq {rseq}: CID 0 stolen from CPU {a}");
+        let s = group.stats();
+        assert_eq!((s.steals, s.enter_converge), (1, 1), "rseq {rseq}: {s:?}");
+        assert!(group.audit().is_consistent());
+        drop(regs);
+        assert_quiescent_empty(&group);
+    }
+}
+
 /// I1 + I8 for rseq borrows (design.md §4.1.1) with the kernel doing its worst: 4 unpinned threads per core enter
 /// in tight loops, so sequences are preempted, migrated and aborted, and every worker leaves and rejoins between
 /// rounds, so the population can cross the per-task/per-CPU boundary both ways and pass through one user, where
