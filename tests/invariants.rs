@@ -247,6 +247,29 @@ fn rseq_expected() -> bool {
         && membarrier & (PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ) == PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ
 }
 
+/// The process's first two allowed CPUs, or `None` (and a line saying `test` has nothing to check) if it has one.
+fn two_allowed_cpus(test: &str) -> Option<[usize; 2]> {
+    let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
+    let two = <[usize; 2]>::try_from(cpus).ok();
+    if two.is_none() {
+        eprintln!("{test}: fewer than two allowed CPUs, nothing to check");
+    }
+    two
+}
+
+/// Enters `reg` once from a thread pinned to real CPU `cpu`: the guard's kind and CID.
+fn enter_pinned(cpu: usize, reg: &mut mmcid::Registration) -> (CidKind, usize) {
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to CPU {cpu}");
+            let g = reg.enter();
+            (g.kind(), g.cid().get())
+        })
+        .join()
+        .unwrap()
+    })
+}
+
 /// I4 in per-CPU mode through a steal (design.md §4.5), which in rseq groups is a claim (CLAIM, the RSEQ
 /// membarrier, CAS; §4.1.1), with real threads pinned to two real CPUs: core A parks CID 0, core B CID 1; once
 /// one user is left, `max_cids` is 1 and B's next enter must take CID 0 from A's slot. Needs a machine whose
@@ -254,31 +277,16 @@ fn rseq_expected() -> bool {
 /// and the test says so and stops.
 #[test]
 fn i4_steal_from_an_idle_core_rseq_and_cas() {
-    let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
-    if cpus.len() < 2 {
-        eprintln!("i4_steal_from_an_idle_core: fewer than two allowed CPUs, nothing to check");
-        return;
-    }
-    let pinned = |cpu: usize, reg: &mut mmcid::Registration| {
-        thread::scope(|s| {
-            s.spawn(|| {
-                assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to CPU {cpu}");
-                let g = reg.enter();
-                (g.kind(), g.cid().get())
-            })
-            .join()
-            .unwrap()
-        })
-    };
+    let Some(cpus) = two_allowed_cpus("i4_steal_from_an_idle_core") else { return };
     for rseq in [true, false] {
         // Over exactly two allowed CPUs (so three users are per-CPU mode on any machine).
-        let two = CpuSet::from_cpus(cpus.clone()).unwrap();
+        let two = CpuSet::from_cpus(cpus).unwrap();
         let group = Group::builder().cpus(two).restartable_sequences(rseq).build().unwrap();
         assert_eq!(group.uses_rseq(), rseq && rseq_expected());
         let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
         assert_eq!(group.mode(), Mode::PerCpu);
-        assert_eq!(pinned(cpus[0], &mut regs[0]), (CidKind::Core(cpus[0]), 0));
-        assert_eq!(pinned(cpus[1], &mut regs[1]), (CidKind::Core(cpus[1]), 1));
+        assert_eq!(enter_pinned(cpus[0], &mut regs[0]), (CidKind::Core(cpus[0]), 0));
+        assert_eq!(enter_pinned(cpus[1], &mut regs[1]), (CidKind::Core(cpus[1]), 1));
         let mut last = regs.pop().unwrap();
         drop(regs);
         if group.mode() != Mode::PerCpu {
@@ -290,7 +298,7 @@ fn i4_steal_from_an_idle_core_rseq_and_cas() {
             continue;
         }
         assert_eq!(group.max_cids(), 1);
-        assert_eq!(pinned(cpus[1], &mut last), (CidKind::Core(cpus[1]), 0), "CID 0 stolen from CPU {}", cpus[0]);
+        assert_eq!(enter_pinned(cpus[1], &mut last), (CidKind::Core(cpus[1]), 0), "CID 0 stolen from CPU {}", cpus[0]);
         let s = group.stats();
         assert_eq!((s.steals, s.enter_converge), (1, 1), "rseq {rseq}: {s:?}");
         assert!(group.audit().is_consistent());
@@ -306,31 +314,15 @@ fn i4_steal_from_an_idle_core_rseq_and_cas() {
 /// CPUs), this one still reaches the steal.
 #[test]
 fn i4_steal_by_a_core_outside_the_allowed_set_rseq_and_cas() {
-    let cpus: Vec<usize> = CpuSet::current().unwrap().iter().take(2).collect();
-    if cpus.len() < 2 {
-        eprintln!("i4_steal_by_a_core_outside_the_allowed_set: fewer than two allowed CPUs, nothing to check");
-        return;
-    }
-    let (a, b) = (cpus[0], cpus[1]);
-    let pinned = |cpu: usize, reg: &mut mmcid::Registration| {
-        thread::scope(|s| {
-            s.spawn(|| {
-                assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to CPU {cpu}");
-                let g = reg.enter();
-                (g.kind(), g.cid().get())
-            })
-            .join()
-            .unwrap()
-        })
-    };
+    let Some([a, b]) = two_allowed_cpus("i4_steal_by_a_core_outside_the_allowed_set") else { return };
     for rseq in [true, false] {
         let only_a = CpuSet::from_cpus([a]).unwrap();
         let group = Group::builder().cpus(only_a).restartable_sequences(rseq).build().unwrap();
         assert_eq!(group.uses_rseq(), rseq && rseq_expected());
         let mut regs: Vec<_> = (0..2).map(|_| group.register()).collect();
         assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 1));
-        assert_eq!(pinned(a, &mut regs[0]), (CidKind::Core(a), 0));
-        assert_eq!(pinned(b, &mut regs[1]), (CidKind::Core(b), 0), "rseq {rseq}: CID 0 stolen from CPU {a}");
+        assert_eq!(enter_pinned(a, &mut regs[0]), (CidKind::Core(a), 0));
+        assert_eq!(enter_pinned(b, &mut regs[1]), (CidKind::Core(b), 0), "rseq {rseq}: CID 0 stolen from CPU {a}");
         let s = group.stats();
         assert_eq!((s.steals, s.enter_converge), (1, 1), "rseq {rseq}: {s:?}");
         assert!(group.audit().is_consistent());
