@@ -797,17 +797,7 @@ fn i2_i5_i6_forgotten_guards_give_back_at_next_enter_or_drop() {
 
     // A forgotten borrow across a CPU → task switch: the next enter adopts the core's CID as the registration's
     // own, exactly as the guard's late exit would have.
-    // 4 cores, 5 users: per-CPU; back to per-task below thrs = 2 users.
-    let group = sim(4);
-    let mut a = group.register();
-    a.set_cpu(Some(0)).unwrap();
-    let others: Vec<_> = (0..4).map(|_| group.register()).collect();
-    assert_eq!(group.mode(), Mode::PerCpu);
-    let g = a.enter();
-    assert_eq!(g.kind(), CidKind::Core(0));
-    std::mem::forget(g);
-    drop(others); // 1 user: back to per-task while a's forgotten guard still borrows the core's CID
-    assert_eq!(group.mode(), Mode::PerTask);
+    let (group, mut a) = forgotten_borrow_then_per_task(0);
     let g = a.enter();
     assert_eq!((g.cid().get(), g.kind()), (0, CidKind::Task));
     drop(g);
@@ -817,6 +807,23 @@ fn i2_i5_i6_forgotten_guards_give_back_at_next_enter_or_drop() {
     assert!(audit.is_consistent() && audit.bits == 1, "only a's own CID: {audit:?}");
     drop(a);
     assert_quiescent_empty(&group);
+}
+
+/// A registration on core `cpu` whose per-CPU guard was passed to `mem::forget`, in a group that has since
+/// switched back to per-task mode (4 cores, 5 users: per-CPU; the other 4 leave, and 1 user is below thrs = 2)
+/// while that guard still borrows the core's CID.
+fn forgotten_borrow_then_per_task(cpu: usize) -> (Group, mmcid::Registration) {
+    let group = sim(4);
+    let mut a = group.register();
+    a.set_cpu(Some(cpu)).unwrap();
+    let others: Vec<_> = (0..4).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu);
+    let g = a.enter();
+    assert_eq!(g.kind(), CidKind::Core(cpu));
+    std::mem::forget(g);
+    drop(others);
+    assert_eq!(group.mode(), Mode::PerTask);
+    (group, a)
 }
 
 /// I1, I5 with a per-task guard passed to `mem::forget`: the registration then counts as a holder descheduled
@@ -865,17 +872,7 @@ fn i1_i5_forgotten_per_task_guards_across_switches() {
     }
 
     // A forgotten borrow given back by the drop after the group switched back to per-task mode.
-    // 4 cores, 5 users: per-CPU; back to per-task below thrs = 2 users.
-    let group = sim(4);
-    let mut a = group.register();
-    a.set_cpu(Some(1)).unwrap();
-    let others: Vec<_> = (0..4).map(|_| group.register()).collect();
-    assert_eq!(group.mode(), Mode::PerCpu);
-    let g = a.enter();
-    assert_eq!(g.kind(), CidKind::Core(1));
-    std::mem::forget(g);
-    drop(others);
-    assert_eq!(group.mode(), Mode::PerTask);
+    let (group, a) = forgotten_borrow_then_per_task(1);
     drop(a);
     assert_eq!(group.stats().guards_forgotten, 1);
     assert_quiescent_empty(&group);
