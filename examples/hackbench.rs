@@ -93,6 +93,10 @@ prints:
     machine's slow drift cancels), as the median of the d with a distribution-free confidence interval for
     it: [k-th smallest d, k-th largest d], k the largest whose coverage 1 - 2 P(Bin(n, 1/2) <= k-1) is >= 90%
     (the coverage achieved is printed: 96.1% for 9 repeats, 93.5% for 11, 93.8% for 5);
+  - the user time per guard beyond `none`, in ns: the mean over repeats of the paired user-time difference,
+    divided by the guards of one run (every message sent and received), +/- its standard error: the policy's
+    own per-guard work, the rest of a run being the I/O (the kernel splits user from system time at each tick,
+    so this needs many repeats: about +/-2 ns at 4 groups and 201 repeats on 2 cores);
   - the run-to-run spread of `none` (noise);
   - the goal, mmcid <= 2% over none at every group count, per group count: met if mmcid's CI upper bound is
     <= 2%, NOT met if its lower bound is > 2%, inconclusive if the CI straddles 2% (more --repeats narrow it)
@@ -961,9 +965,9 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     let medians_of = |title, runs: &[Vec<Vec<f64>>], decimals| {
         print_median_table(title, "groups", &labels, &names, &medians(runs), decimals);
     };
-    // User time is written to --json (`user_runs_s`) but not tabulated: the kernel splits user from system time at
-    // each tick, so one ~0.1 s run reads coarse, and a 9-run median swings by tens of percent. Averaged over many
-    // runs it is where a policy's own work shows (docs/benchmarks.md, session 7, measured with perf stat -r 150).
+    // User time medians are not tabulated: the kernel splits user from system time at each tick, so one ~0.1 s run
+    // reads coarse, and a 9-run median swings by tens of percent. The mean of the paired differences averages the
+    // ticks out, and it is where a policy's own per-guard work shows (docs/benchmarks.md, session 11): printed below.
     let switches = |title, runs: &[Vec<Vec<f64>>]| medians_of(title, runs, 0);
     switches("context switches per run, voluntary (blocking), median, % versus none", &samples.voluntary);
     switches("context switches per run, involuntary (preemption), median, % versus none", &samples.involuntary);
@@ -973,6 +977,16 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
         wall,
     );
     paired("paired process CPU time: the same statistic", cpu);
+    let per_guard: Vec<Vec<_>> = (0..cfg.groups.len())
+        .map(|gi| (0..names.len()).map(|p| user_ns_per_guard(cfg, samples, gi, p)).collect())
+        .collect();
+    common::print_mean_se_table(
+        "user time per guard beyond none, ns: mean of the paired differences / guards per run +/- standard error",
+        "groups",
+        &labels,
+        &names,
+        &per_guard,
+    );
     let spread = samples.wall.iter().map(|row| spread_pct(&row[0])).fold(0.0, f64::max);
     println!("noise: run-to-run spread (max - min) of `none` up to {spread:.1}% of its median (pairing cancels drift)");
     println!(
@@ -990,6 +1004,19 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     );
 }
 
+/// Policy `p`'s user time per guard in cell `gi`, in ns, beyond `none`'s: the mean over repeats of the paired
+/// difference divided by the guards of one run (every message sent and every message received), with its standard
+/// error; None for `none` itself, with fewer than two repeats, or on overflow.
+fn user_ns_per_guard(cfg: &Config, samples: &Samples, gi: usize, p: usize) -> Option<(f64, f64)> {
+    if p == 0 {
+        return None;
+    }
+    let (guards, _) = run_totals(cfg.groups[gi], cfg.fds, cfg.loops, cfg.size)?;
+    let (mean, se) = common::paired_mean_se(&samples.user[gi][0], &samples.user[gi][p])?;
+    let per = 1e9 / guards as f64;
+    Some((mean * per, se * per))
+}
+
 /// The --compare results as JSON: every run, the medians, and the paired costs with their intervals. Every float
 /// goes through `json_num` (`null` when not finite, e.g. a percentage versus a zero median).
 fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> String {
@@ -997,9 +1024,11 @@ fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> 
     for (gi, &g) in cfg.groups.iter().enumerate() {
         for (p, name) in common::policy_names(&cfg.policies).into_iter().enumerate() {
             let (m, c) = (&wall.medians[gi], &cpu.medians[gi]);
+            let per_guard = user_ns_per_guard(cfg, samples, gi, p);
             rows.push(format!(
                 "    {{\"groups\":{g},\"policy\":{},\"runs_s\":[{}],{},\"cpu_runs_s\":[{}],{},{},{},\
-                 \"user_runs_s\":[{}],\"voluntary_switches\":[{}],\"involuntary_switches\":[{}]}}",
+                 \"user_runs_s\":[{}],\"user_ns_per_guard\":{},\"user_ns_per_guard_se\":{},\
+                 \"voluntary_switches\":[{}],\"involuntary_switches\":[{}]}}",
                 json_str(name),
                 json_list(&samples.wall[gi][p], 6),
                 json_median_vs("", "median_s", m[p], m[0], 6),
@@ -1008,6 +1037,8 @@ fn json_body(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) -> 
                 json_paired("paired_", wall.paired[gi][p].as_ref()),
                 json_paired("cpu_paired_", cpu.paired[gi][p].as_ref()),
                 json_list(&samples.user[gi][p], 6),
+                json_num(per_guard.map_or(f64::NAN, |(m, _)| m), 3),
+                json_num(per_guard.map_or(f64::NAN, |(_, se)| se), 3),
                 json_list(&samples.voluntary[gi][p], 0),
                 json_list(&samples.involuntary[gi][p], 0)
             ));
@@ -1323,6 +1354,40 @@ mod tests {
             before.since(Usage::of(libc::RUSAGE_THREAD)),
             Usage { cpu_s: 0.0, user_s: 0.0, voluntary: 0, involuntary: 0 }
         );
+    }
+
+    /// A policy whose runs took 0.4 ms more user time than `none`'s on average (the median difference is 0.5 ms:
+    /// the mean is what adds up), in runs of 2 x 2 x 2 x 10 = 80 guards per group (every message sent and received),
+    /// spent 5000 ns per guard; at 2 groups, 2500. The baseline has no
+    /// per-guard figure; one repeat is not enough for a standard error.
+    #[test]
+    fn user_time_per_guard_is_the_paired_mean_over_the_guards_of_a_run() {
+        let cfg = parse(&["--repeats", "5", "--groups-list", "1,2", "-f", "2", "-l", "10"]).unwrap().unwrap();
+        let n = POLICIES.len();
+        let mut user = vec![vec![vec![0.010, 0.012, 0.010, 0.011, 0.010]; n]; 2];
+        for cell in &mut user {
+            cell[n - 1] = cell[0].iter().zip([0.0001, 0.0005, 0.0005, 0.0005, 0.0004]).map(|(u, d)| u + d).collect();
+        }
+        let samples =
+            Samples { wall: user.clone(), cpu: user.clone(), voluntary: user.clone(), involuntary: user.clone(), user };
+        let (mean, se) = user_ns_per_guard(&cfg, &samples, 0, n - 1).unwrap();
+        assert!((mean - 5000.0).abs() < 1e-6 && se > 0.0, "{mean} {se}");
+        assert!((user_ns_per_guard(&cfg, &samples, 1, n - 1).unwrap().0 - 2500.0).abs() < 1e-6);
+        assert_eq!(user_ns_per_guard(&cfg, &samples, 0, 0), None);
+        assert_eq!(user_ns_per_guard(&cfg, &samples, 0, 1), Some((0.0, 0.0)));
+        let (w, c) = (Summary::of(&samples.wall), Summary::of(&samples.cpu));
+        let body = json_body(&cfg, &samples, &w, &c);
+        assert!(body.contains("\"user_ns_per_guard\":5000.000,"), "{body}");
+        assert!(body.contains("\"user_ns_per_guard\":null,\"user_ns_per_guard_se\":null"), "{body}");
+        let one = parse(&["--repeats", "1", "--groups-list", "1", "-f", "2", "-l", "10"]).unwrap().unwrap();
+        let single = Samples {
+            wall: vec![vec![vec![0.01]; n]],
+            cpu: vec![vec![vec![0.01]; n]],
+            user: vec![vec![vec![0.01]; n]],
+            voluntary: vec![vec![vec![1.0]; n]],
+            involuntary: vec![vec![vec![1.0]; n]],
+        };
+        assert_eq!(user_ns_per_guard(&one, &single, 0, n - 1), None);
     }
 
     #[test]

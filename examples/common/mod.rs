@@ -138,6 +138,46 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// Mean and standard error of the paired differences `other[r] - base[r]` (pairs past the shorter slice are
+/// ignored); None with fewer than two pairs or a value that is not finite. For a quantity measured coarsely in each
+/// run (user time, which the kernel splits from system time at each tick) whose average is still meaningful.
+pub fn paired_mean_se(base: &[f64], other: &[f64]) -> Option<(f64, f64)> {
+    let d: Vec<f64> = base.iter().zip(other).map(|(b, o)| o - b).collect();
+    if d.len() < 2 || !d.iter().all(|x| x.is_finite()) {
+        return None;
+    }
+    let n = d.len() as f64;
+    let mean = d.iter().sum::<f64>() / n;
+    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Some((mean, (var / n).sqrt()))
+}
+
+/// Prints `title`, then one row per label with each policy's (mean, standard error) past the first (the baseline),
+/// as `+m.m +/- s.s`, or `n/a`.
+pub fn print_mean_se_table(
+    title: &str,
+    heading: &str,
+    labels: &[String],
+    policies: &[&str],
+    cells: &[Vec<Option<(f64, f64)>>],
+) {
+    let lw = label_width(heading, labels);
+    println!("{title}");
+    print!("{heading:<lw$}");
+    for p in &policies[1..] {
+        print!("{p:>20}");
+    }
+    println!();
+    for (label, row) in labels.iter().zip(cells) {
+        print!("{label:<lw$}");
+        for cell in row.iter().skip(1) {
+            let text = cell.map_or_else(|| "n/a".to_string(), |(m, se)| format!("{m:+.1} +/- {se:.1}"));
+            print!(" {text:>19}");
+        }
+        println!();
+    }
+}
+
 /// The median of every cell's runs: `runs[cell][policy]` → `medians[cell][policy]`.
 pub fn medians(runs: &[Vec<Vec<f64>>]) -> Vec<Vec<f64>> {
     runs.iter().map(|row| row.iter().map(|v| median(v)).collect()).collect()
@@ -699,6 +739,17 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-12
+    }
+
+    /// Differences 1, 2, 3: mean 2, sample variance 1, standard error 1/sqrt(3); a longer slice's extra runs are
+    /// left out; one pair, or a NaN, gives nothing.
+    #[test]
+    fn paired_mean_and_standard_error() {
+        let (mean, se) = paired_mean_se(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0, 100.0]).unwrap();
+        assert!((mean - 2.0).abs() < 1e-12 && (se - (1.0f64 / 3.0).sqrt()).abs() < 1e-12, "{mean} {se}");
+        assert_eq!(paired_mean_se(&[1.0, 1.0], &[3.0, 3.0]), Some((2.0, 0.0)));
+        assert_eq!(paired_mean_se(&[1.0], &[2.0]), None);
+        assert_eq!(paired_mean_se(&[1.0, f64::NAN], &[2.0, 3.0]), None);
     }
 
     #[test]
