@@ -1358,8 +1358,8 @@ mod tests {
 
     /// A policy whose runs took 0.4 ms more user time than `none`'s on average (the median difference is 0.5 ms:
     /// the mean is what adds up), in runs of 2 x 2 x 2 x 10 = 80 guards per group (every message sent and received),
-    /// spent 5000 ns per guard; at 2 groups, 2500. The baseline has no
-    /// per-guard figure; one repeat is not enough for a standard error.
+    /// spent 5000 ns per guard; at 2 groups, 2500. The baseline has no per-guard figure; one repeat is not enough
+    /// for a standard error.
     #[test]
     fn user_time_per_guard_is_the_paired_mean_over_the_guards_of_a_run() {
         let cfg = parse(&["--repeats", "5", "--groups-list", "1,2", "-f", "2", "-l", "10"]).unwrap().unwrap();
