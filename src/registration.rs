@@ -186,11 +186,11 @@ impl Registration {
     /// takes no lock (the claim lock of a steal only with `try_lock`), and its loops are lock-free: a bitmap
     /// allocation retries only while other threads' allocations and frees race with its scan (a free bit always
     /// exists: no registration or core holds more than its share, design.md §2.4), and a steal that got the claim
-    /// lock drains the claims other exits deferred to it for as long as they keep deferring (design.md §11). The per-task and per-CPU fast paths
-    /// make no system call; two rare paths issue one `membarrier`: taking an idle CID from another core in a group
-    /// with restartable sequences, and giving back a guard passed to `mem::forget`. The kernel completes it without
-    /// waiting for the group's threads to reach any point, but since Linux 6.8 serialises it on a kernel mutex,
-    /// where it can sleep (design.md §11).
+    /// lock drains the claims other exits deferred to it for as long as they keep deferring (design.md §11). The
+    /// per-task and per-CPU fast paths make no system call; two rare paths issue one `membarrier`: taking an idle
+    /// CID from another core in a group with restartable sequences, and giving back a guard passed to
+    /// `mem::forget`. The kernel completes it without waiting for the group's threads to reach any point, but since
+    /// Linux 6.8 serialises it on a kernel mutex, where it can sleep (design.md §11).
     #[inline(always)]
     pub fn enter(&mut self) -> CidGuard<'_> {
         let entered = self.enter_raw();

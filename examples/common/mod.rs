@@ -161,21 +161,10 @@ pub fn print_mean_se_table(
     policies: &[&str],
     cells: &[Vec<Option<(f64, f64)>>],
 ) {
-    let lw = label_width(heading, labels);
-    println!("{title}");
-    print!("{heading:<lw$}");
-    for p in &policies[1..] {
-        print!("{p:>20}");
-    }
-    println!();
-    for (label, row) in labels.iter().zip(cells) {
-        print!("{label:<lw$}");
-        for cell in row.iter().skip(1) {
-            let text = cell.map_or_else(|| "n/a".to_string(), |(m, se)| format!("{m:+.1} +/- {se:.1}"));
-            print!(" {text:>19}");
-        }
-        println!();
-    }
+    let text = |cell: &Option<(f64, f64)>| cell.map_or_else(|| "n/a".into(), |(m, se)| format!("{m:+.1} +/- {se:.1}"));
+    let rows: Vec<(Vec<String>, String)> =
+        cells.iter().map(|row| (row.iter().skip(1).map(text).collect(), String::new())).collect();
+    print_versus_baseline(title, heading, labels, policies, &rows, "");
 }
 
 /// The median of every cell's runs: `runs[cell][policy]` → `medians[cell][policy]`.
@@ -405,21 +394,41 @@ pub fn print_paired_table(
     policies: &[&str],
     cis: &[Vec<Option<MedianCi>>],
 ) {
+    let rows: Vec<(Vec<String>, String)> = cis
+        .iter()
+        .map(|row| {
+            let coverage = row[1..].iter().flatten().map(|c| c.coverage).fold(f64::NAN, f64::min);
+            let coverage = if coverage.is_nan() { "n/a".into() } else { format!("{:.1}%", coverage * 100.0) };
+            (row[1..].iter().map(|ci| ci_cell(ci.as_ref())).collect(), coverage)
+        })
+        .collect();
+    print_versus_baseline(title, heading, labels, policies, &rows, "CI cov");
+}
+
+/// Prints `title`, then a column per policy past the first (the baseline, which has no cell) and a row per label:
+/// `rows[i]` holds row i's cell texts and the text of a last column headed `last` (none if `last` is empty).
+fn print_versus_baseline(
+    title: &str,
+    heading: &str,
+    labels: &[String],
+    policies: &[&str],
+    rows: &[(Vec<String>, String)],
+    last: &str,
+) {
     let lw = label_width(heading, labels);
+    let column = |text: &str| if last.is_empty() { String::new() } else { format!("{text:>7}") };
     println!("{title}");
     print!("{heading:<lw$}");
     for p in &policies[1..] {
         print!("{p:>20}");
     }
-    println!("{:>7}", "CI cov");
-    for (label, row) in labels.iter().zip(cis) {
+    println!("{}", column(last));
+    for (label, (cells, tail)) in labels.iter().zip(rows) {
         print!("{label:<lw$}");
-        for ci in &row[1..] {
-            print!(" {:>19}", ci_cell(ci.as_ref())); // at least one space between cells
+        for cell in cells {
+            print!(" {cell:>19}"); // at least one space between cells
         }
-        let coverage = row[1..].iter().flatten().map(|c| c.coverage).fold(f64::NAN, f64::min);
-        let coverage = if coverage.is_nan() { "n/a".into() } else { format!("{:.1}%", coverage * 100.0) };
-        println!("{coverage:>7}");
+        println!("{}", column(tail));
     }
 }
 
