@@ -577,12 +577,15 @@ fn worker<A: Approach>(
 // ---------------------------------------------------------------------------------------------------------------
 // The approaches of each workload
 
+/// Runs one cell of an approach: a configuration, the options, the allowed CPUs.
+type RunCell = dyn Fn(Config, &Opts, &[usize]) -> Result<Cell, String>;
+
 /// An approach's name, and how to run one cell of it (`None`: skipped, with the reason printed once).
 struct Line {
     name: &'static str,
     /// Whether this is mmcid (the approaches the goals judge).
     ours: bool,
-    run: Box<dyn Fn(Config, &Opts, &[usize]) -> Result<Cell, String>>,
+    run: Box<RunCell>,
 }
 
 fn lines(w: Workload, rseq: &Result<Rseq, String>) -> Vec<Line> {
@@ -720,7 +723,7 @@ fn parse(cpus: usize) -> Result<Option<Opts>, String> {
             .map(|s| {
                 let (n, pinned) = s.strip_suffix('p').map_or((s, false), |n| (n, true));
                 match n.parse::<usize>() {
-                    Ok(t) if t >= 1 && t <= common::MAX_THREADS && (!pinned || t <= cpus) => {
+                    Ok(t) if (1..=common::MAX_THREADS).contains(&t) && (!pinned || t <= cpus) => {
                         Ok(Config { threads: t, pinned })
                     }
                     _ => Err(format!(
