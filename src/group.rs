@@ -67,6 +67,9 @@ pub(crate) struct Hot {
     pub(crate) fast_cpu: u32,
     /// Whether slots are borrowed with an rseq critical section instead of a CAS (design.md §4.1.1).
     pub(crate) rseq: bool,
+    /// The group's process-unique id (`Group::id`), here so that a guard takes it from the line its enter reads
+    /// anyway.
+    pub(crate) id: u64,
 }
 
 /// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
@@ -80,7 +83,6 @@ pub(crate) struct Inner {
     /// Possible cores (the kernel's N), or the number of virtual cores.
     pub(crate) cores: usize,
     pub(crate) virtual_cpus: bool,
-    pub(crate) id: u64,
     users: AtomicUsize,
     /// Counted `Group` handles (see `Group::counted`). A plain std atomic even under loom: its one ordering
     /// argument (the Release decrement in `Drop` against the Acquire load in `is_abandoned`) serves only the
@@ -350,7 +352,7 @@ impl Group {
 
     /// A process-unique id, used to match guards with data of the same group.
     pub(crate) fn id(&self) -> u64 {
-        self.inner.id
+        self.inner.hot.id
     }
 
     /// Checks the ownership invariant (design.md §2.4) at quiescence: returns the number of set bits and the number
@@ -546,12 +548,12 @@ impl GroupBuilder {
                     fast_task: if asym { PER_TASK } else { NOT_A_MODE },
                     fast_cpu: if asym { PER_CPU } else { NOT_A_MODE },
                     rseq,
+                    id: next_group_id(),
                 }),
                 slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
                 bitmap,
                 cores,
                 virtual_cpus: self.virtual_cpus.is_some(),
-                id: next_group_id(),
                 users: AtomicUsize::new(0),
                 handles: std::sync::atomic::AtomicUsize::new(1),
                 life: Mutex::new(Life {

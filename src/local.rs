@@ -1,8 +1,10 @@
 //! The thread-local convenience layer: `Group::enter` for code that does not manage registrations.
 //!
-//! Each thread parks one registration, of the group it used last, in a thread-local slot: `Group::enter` takes
-//! it from there (two plain stores) and the guard's drop parks it again, so the pair costs a few instructions on
-//! top of [`Registration::enter`]. Registrations of other groups, and the second registration that a nested
+//! Each thread parks one registration, of the group it used last, in a thread-local slot: `Group::enter` marks it
+//! in use there (one plain store: the slot's group id becomes 0) and the guard's drop marks it parked again (one
+//! store), so the pair costs a few instructions on top of [`Registration::enter`], and the registration's pointer
+//! is only ever read on the fast path (a pointer moved out of the slot and back at every call made each enter wait
+//! for the previous drop's store to reach the next load). Registrations of other groups, and the second registration that a nested
 //! `enter` on the same thread needs (nested guards never share a CID), wait in a per-thread pool. The slot and the
 //! pool are dropped at thread exit, which unregisters their registrations (I7); a guard that outlives them (held
 //! by another thread-local's destructor) unregisters its registration itself. No protocol here is concurrent:
@@ -23,9 +25,17 @@ use crate::{Group, Registration};
 use std::cell::{Cell, RefCell};
 use std::ptr::{self, NonNull};
 
-/// The parked registration: `reg` owns a `Box<Registration>` made by `Box::into_raw` (null when empty), `id` is its
-/// group's id (0 when empty; group ids start at 1). No destructor, so the hot path needs no thread-local state
-/// check: `Closer`, registered on the first (cold) take, empties it at thread exit.
+/// The parked registration. States (`id`, `reg`):
+///
+/// | `id` | `reg` | state |
+/// |---|---|---|
+/// | 0 | null | empty |
+/// | the group's id | `R` | `R` parked: the slot owns it |
+/// | 0 | `R` | `R` in use: a `Group::enter` guard or an in-place enter owns it until it is given back here |
+/// | `CLOSED_ID` | the closed marker | closed (thread exit) |
+///
+/// `R` is a `Box<Registration>` made by `Box::into_raw`; group ids start at 1. No destructor, so the hot path needs
+/// no thread-local state check: `Closer`, registered on the first (cold) take, empties it at thread exit.
 struct Parked {
     id: Cell<u64>,
     reg: Cell<*mut Registration>,
@@ -49,14 +59,17 @@ impl Parked {
     }
 }
 
-/// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot.
+/// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot. A
+/// registration in use is left to its guard (held by another thread-local's destructor), whose give-back finds the
+/// slot closed and drops it.
 struct Closer;
 
 impl Drop for Closer {
     fn drop(&mut self) {
         let _ = PARKED.try_with(|p| {
+            let in_use = p.id.get() == 0;
             let reg = p.close();
-            if !reg.is_null() && reg != closed_marker() {
+            if !in_use && !reg.is_null() && reg != closed_marker() {
                 // SAFETY: a non-null `reg` other than the closed marker (set here and by `take_slow`) is a
                 // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
                 drop(unsafe { Box::from_raw(reg) });
@@ -74,9 +87,8 @@ thread_local! {
     static POOL: RefCell<Vec<(u64, Vec<Box<Registration>>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Takes the parked registration if it belongs to group `id`: the caller owns the returned `Box::into_raw`
-/// pointer.
-#[inline(always)]
+/// Takes the parked registration out of the slot if it belongs to group `id`: the caller owns the returned
+/// `Box::into_raw` pointer, and the slot is empty.
 fn unpark(id: u64) -> Option<NonNull<Registration>> {
     PARKED
         .try_with(|p| {
@@ -85,6 +97,22 @@ fn unpark(id: u64) -> Option<NonNull<Registration>> {
             }
             p.id.set(0);
             NonNull::new(p.reg.replace(ptr::null_mut()))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Marks the parked registration in use if it belongs to group `id`, and returns it: the caller owns it until it
+/// gives it back with `give_back` (which finds it still in the slot and marks it parked again).
+#[inline(always)]
+fn use_parked(id: u64) -> Option<NonNull<Registration>> {
+    PARKED
+        .try_with(|p| {
+            if p.id.get() != id {
+                return None;
+            }
+            p.id.set(0);
+            NonNull::new(p.reg.get())
         })
         .ok()
         .flatten()
@@ -114,11 +142,11 @@ pub(crate) unsafe fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration)
         .flatten()
 }
 
-/// A registration of `group` for the calling thread, as an owned `Box::into_raw` pointer: the parked one, one from
-/// the pool, or a new one.
+/// A registration of `group` for the calling thread, as an owned `Box::into_raw` pointer: the parked one (marked in
+/// use), one from the pool, or a new one. Give it back with `give_back`.
 #[inline(always)]
 pub(crate) fn take(group: &Group) -> NonNull<Registration> {
-    unpark(group.id()).unwrap_or_else(|| take_slow(group))
+    use_parked(group.id()).unwrap_or_else(|| take_slow(group))
 }
 
 #[cold]
@@ -154,20 +182,24 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
     NonNull::from(Box::leak(reg))
 }
 
-/// Gives back a registration taken with `take` (an owned `Box::into_raw` pointer): parks it if the slot is
-/// empty; else see `give_back_slow`.
+/// Gives back a registration of group `id` taken with `take` (an owned `Box::into_raw` pointer): marks it parked
+/// if it is the slot's registration in use (the common case: one store), parks it if the slot is empty; else see
+/// `give_back_slow`.
 #[inline(always)]
-pub(crate) fn give_back(reg: NonNull<Registration>) {
+pub(crate) fn give_back(reg: NonNull<Registration>, id: u64) {
     let parked = PARKED
         .try_with(|p| {
-            let empty = p.reg.get().is_null();
-            if empty {
-                // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases
-                // nothing mutable.
-                p.id.set(unsafe { reg.as_ref() }.group().id());
-                p.reg.set(reg.as_ptr());
+            let slot = p.reg.get();
+            if slot == reg.as_ptr() {
+                p.id.set(id);
+                return true;
             }
-            empty
+            if slot.is_null() {
+                p.id.set(id);
+                p.reg.set(reg.as_ptr());
+                return true;
+            }
+            false
         })
         .unwrap_or(false);
     if !parked {
@@ -175,10 +207,11 @@ pub(crate) fn give_back(reg: NonNull<Registration>) {
     }
 }
 
-/// The slot is taken (or gone). Most recently used wins: a registration of another group than the parked one
-/// takes the slot and the parked one goes to the pool, so a thread that moves on to another group gets the fast
-/// path there after one call. Same group (nested guards), closed slot, or thread-locals gone: to the pool, which
-/// drops (unregisters) it if the pool is gone too.
+/// The slot holds another registration (or is gone). Most recently used wins: a registration of another group
+/// than the parked one takes the slot and the parked one goes to the pool, so a thread that moves on to another
+/// group gets the fast path there after one call. Same group (nested guards), a slot registration in use (its
+/// guard gives it back later), closed slot, or thread-locals gone: to the pool, which drops (unregisters) it if the
+/// pool is gone too.
 #[cold]
 fn give_back_slow(reg: NonNull<Registration>) {
     // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases nothing mutable.
@@ -186,7 +219,7 @@ fn give_back_slow(reg: NonNull<Registration>) {
     // Ok(evicted occupant, if any): `reg` is parked now; Err: it is not.
     let parked = PARKED.try_with(|p| {
         let occupant = p.id.get();
-        if occupant == id || occupant == CLOSED_ID {
+        if occupant == id || occupant == CLOSED_ID || occupant == 0 {
             return Err(());
         }
         p.id.set(id);
@@ -227,7 +260,7 @@ fn release(reg: Box<Registration>) {
 /// `ShardedCounter::add` a few ns. Exits even if `f` panics (I7).
 #[inline(always)]
 pub(crate) fn with_cid<R>(group: &Group, f: impl FnOnce(usize) -> R) -> R {
-    let inside = InPlace::enter(take(group));
+    let inside = InPlace::enter(take(group), group.id());
     f(inside.entered.cid() as usize)
 }
 
@@ -235,14 +268,15 @@ pub(crate) fn with_cid<R>(group: &Group, f: impl FnOnce(usize) -> R) -> R {
 struct InPlace {
     reg: NonNull<Registration>,
     entered: Entered,
+    id: u64,
 }
 
 impl InPlace {
     #[inline(always)]
-    fn enter(reg: NonNull<Registration>) -> InPlace {
+    fn enter(reg: NonNull<Registration>, id: u64) -> InPlace {
         // SAFETY: `take` handed us ownership of a live `Box::into_raw` pointer; nothing else refers to it.
         let entered = unsafe { &mut *reg.as_ptr() }.enter_raw();
-        InPlace { reg, entered }
+        InPlace { reg, entered, id }
     }
 }
 
@@ -251,7 +285,7 @@ impl Drop for InPlace {
     fn drop(&mut self) {
         // SAFETY: as in `enter`: we own the pointer until `give_back` below.
         unsafe { &mut *self.reg.as_ptr() }.exit_raw(self.entered);
-        give_back(self.reg);
+        give_back(self.reg, self.id);
     }
 }
 
@@ -310,7 +344,7 @@ impl Group {
     /// let inner = group.enter();
     /// assert_ne!(outer.cid(), inner.cid());
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn enter(&self) -> crate::CidGuard<'static> {
         let reg = take(self);
         // SAFETY: `take` hands us ownership of a live `Box::into_raw` pointer; nothing else refers to it. Nothing

@@ -124,12 +124,6 @@ impl Entered {
         self.0 & POOLED_BIT != 0
     }
 
-    /// Per-task and not pooled: the one case a guard's drop handles inline (one test for both).
-    #[inline(always)]
-    fn is_plain_task(self) -> bool {
-        self.0 & (3 << KIND_SHIFT | POOLED_BIT) == 0
-    }
-
     pub(crate) fn held(self) -> Held {
         let cid = self.cid();
         match (self.0 >> KIND_SHIFT) & 3 {
@@ -796,6 +790,8 @@ pub struct CidGuard<'a> {
     /// enum keeps the drop small enough to inline on the hot path.
     reg: NonNull<Registration>,
     entered: Entered,
+    /// The group's id (`Group::id`), carried so that `PerCid` checks a guard without following `reg` to its group.
+    group: u64,
     /// What the thread view showed before this guard (`view::enter`), for `view::exit`.
     view_before: crate::view::Before,
     _marker: PhantomData<(&'a mut Registration, *mut ())>,
@@ -811,7 +807,8 @@ impl<'a> CidGuard<'a> {
     #[inline(always)]
     pub(crate) fn borrowed(reg: &'a mut Registration, entered: Entered) -> CidGuard<'a> {
         let view_before = crate::view::enter(entered.cid());
-        CidGuard { reg: NonNull::from(reg), entered, view_before, _marker: PhantomData }
+        let group = reg.group.inner.hot.id;
+        CidGuard { reg: NonNull::from(reg), entered, group, view_before, _marker: PhantomData }
     }
 
     /// A guard that owns `reg` (a `Box::into_raw` pointer from the thread-local layer) and gives it back on drop.
@@ -819,7 +816,10 @@ impl<'a> CidGuard<'a> {
     #[inline(always)]
     pub(crate) fn pooled(reg: NonNull<Registration>, entered: Entered) -> CidGuard<'static> {
         let view_before = crate::view::enter(entered.cid());
-        CidGuard { reg, entered: entered.into_pooled(), view_before, _marker: PhantomData }
+        // SAFETY: the caller hands us ownership of a live registration (`Box::into_raw`); reading its group's id
+        // aliases nothing mutable.
+        let group = unsafe { reg.as_ref() }.group.inner.hot.id;
+        CidGuard { reg, entered: entered.into_pooled(), group, view_before, _marker: PhantomData }
     }
 
     /// The CID this guard holds.
@@ -841,9 +841,7 @@ impl<'a> CidGuard<'a> {
     /// The id of the guard's group.
     #[inline]
     pub(crate) fn group_id(&self) -> u64 {
-        // SAFETY: `reg` is valid for the guard's life (borrowed for 'a, or owned until drop); reading through a
-        // shared reference while we hold `&self` aliases nothing mutable.
-        unsafe { self.reg.as_ref() }.group.id()
+        self.group
     }
 }
 
@@ -863,31 +861,39 @@ impl Drop for CidGuard<'_> {
     fn drop(&mut self) {
         crate::view::exit(self.entered.cid(), self.view_before);
         // Copies: the rest of the drop works from registers, not from the guard.
-        let (reg, entered) = (self.reg, self.entered);
-        if entered.is_plain_task() {
-            // SAFETY: `reg` came from `&'a mut Registration` (and `_marker` keeps that borrow alive for the
-            // guard's life); nothing else accesses it now.
+        let (reg, entered, group) = (self.reg, self.entered, self.group);
+        if entered.is_task() {
+            // SAFETY: `reg` came from `&'a mut Registration` (and `_marker` keeps that borrow alive for the guard's
+            // life), or is owned by this pooled guard until it is given back below; nothing else accesses it now.
             unsafe { &mut *reg.as_ptr() }.exit_task(entered.cid());
-        } else if entered.pooled() {
-            drop_pooled(reg, entered);
+            if entered.pooled() {
+                #[cfg(not(loom))]
+                crate::local::give_back(reg, group);
+            }
+            #[cfg(loom)]
+            let _ = group;
         } else {
-            // SAFETY: as above (not pooled: borrowed). Not plain per-task and not pooled: per-CPU or temporary.
-            unsafe { &mut *reg.as_ptr() }.exit_other(entered);
+            drop_other(reg, entered, group);
         }
     }
 }
 
-/// Drop of a `Group::enter` guard: exit, then give the registration back to the thread-local layer.
+/// Drop of a per-CPU or temporary guard: its exit, then, for a guard of `Group::enter` (pooled) of group `id`,
+/// the registration back to the thread-local layer.
 #[inline(never)]
-fn drop_pooled(reg: NonNull<Registration>, entered: Entered) {
-    // SAFETY: pooled guards own `reg`, a live `Box::into_raw` pointer (`CidGuard::pooled`); nothing else accesses
-    // it during the guard's drop.
-    unsafe { &mut *reg.as_ptr() }.exit_raw(entered);
-    #[cfg(not(loom))]
-    crate::local::give_back(reg);
+fn drop_other(reg: NonNull<Registration>, entered: Entered, id: u64) {
+    // SAFETY: `reg` is borrowed for the guard's life or owned by the pooled guard (`CidGuard::pooled`), a live
+    // `Box::into_raw` pointer; nothing else accesses it during the guard's drop.
+    unsafe { &mut *reg.as_ptr() }.exit_other(entered);
+    if entered.pooled() {
+        #[cfg(not(loom))]
+        crate::local::give_back(reg, id);
+        #[cfg(loom)]
+        // SAFETY: as above; under loom pooled guards are never made, so this only keeps the type honest.
+        drop(unsafe { Box::from_raw(reg.as_ptr()) });
+    }
     #[cfg(loom)]
-    // SAFETY: as above; under loom pooled guards are never made, so this only keeps the type honest.
-    drop(unsafe { Box::from_raw(reg.as_ptr()) });
+    let _ = id;
 }
 
 /// Where a converger gives up its out-of-range CID and has not taken the new one yet: the point a preempted
@@ -970,7 +976,7 @@ mod tests {
     }
 
     /// The guard's packed record round-trips every kind at the extremes it must hold (29-bit CIDs, 16-bit cores),
-    /// and the one test the inline drop makes (`is_plain_task`) is true for exactly the unpooled task kind.
+    /// and the kind test the inline drop makes (`is_task`) is true for exactly the task kind, pooled or not.
     #[test]
     fn entered_packs_every_kind() {
         let max_cid = VALUE;
@@ -990,9 +996,8 @@ mod tests {
             };
             assert_eq!((e.cid(), e.into_pooled().cid()), (cid, cid));
             let task = matches!(held, Held::Task(_));
-            assert_eq!((e.is_task(), e.is_plain_task()), (task, task), "{held:?}");
+            assert_eq!((e.is_task(), e.into_pooled().is_task()), (task, task), "{held:?}");
             assert!(!e.pooled() && e.into_pooled().pooled());
-            assert!(!e.into_pooled().is_plain_task(), "a pooled guard's drop goes out of line: {held:?}");
         }
     }
 
