@@ -512,14 +512,15 @@ fn run_cell<A: Approach>(
     let (total, shards) = a.totals();
     if let (true, Some(st)) = (stats, a.stats()) {
         eprintln!(
-            "  stats {} {}: task fast {} slow {}, cpu fast {} slow {}, temporary {}, sequences {}, converge {}, steals {}, \
-             switches {}/{}, cids in use {}",
+            "  stats {} {}: task fast {} slow {}, cpu fast {} slow {} extra {}, temporary {}, sequences {}, converge {}, \
+             steals {}, switches {}/{}, cids in use {}",
             std::any::type_name::<A>().rsplit("::").next().unwrap_or("?"),
             cfg.label(),
             st.enter_task_fast,
             st.enter_task_slow,
             st.enter_cpu_fast,
             st.enter_cpu_slow,
+            st.enter_cpu_extra,
             st.enter_temporary,
             st.counter_sequences,
             st.enter_converge,
@@ -588,6 +589,34 @@ struct Line {
     run: Box<RunCell>,
 }
 
+/// `--per-cpu`: mmcid groups start with `cores + 1` idle registrations held by the main thread, so that they are in
+/// per-CPU mode at every thread count (a diagnostic of the per-CPU paths; not a workload a user runs).
+static FORCE_PER_CPU: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static IDLE: RefCell<Vec<Registration>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `--no-rseq`: mmcid groups borrow core CIDs with a CAS instead of a restartable sequence (a diagnostic).
+static NO_RSEQ: AtomicBool = AtomicBool::new(false);
+
+/// A new group for an mmcid approach (see `FORCE_PER_CPU`, `NO_RSEQ`).
+fn group() -> Group {
+    let g = if NO_RSEQ.load(Relaxed) {
+        Group::builder().restartable_sequences(false).build().expect("a group over this thread's CPUs")
+    } else {
+        Group::new()
+    };
+    if FORCE_PER_CPU.load(Relaxed) {
+        IDLE.with(|idle| {
+            let mut idle = idle.borrow_mut();
+            idle.clear();
+            idle.extend((0..=g.cores()).map(|_| g.register()));
+        });
+    }
+    g
+}
+
 fn lines(w: Workload, rseq: &Result<Rseq, String>) -> Vec<Line> {
     let n = possible_cpus();
     fn line<A: Approach>(name: &'static str, ours: bool, w: Workload, make: impl Fn() -> A + 'static) -> Line {
@@ -596,11 +625,9 @@ fn lines(w: Workload, rseq: &Result<Rseq, String>) -> Vec<Line> {
     let mut out = Vec::new();
     match w {
         Workload::Counter => {
-            out.push(line("mmcid ShardedCounter::add", true, w, || CounterAdd(ShardedCounter::new(&Group::new()))));
-            out.push(line("mmcid reg.enter + add_with", true, w, || CounterReg(ShardedCounter::new(&Group::new()))));
-            out.push(line("mmcid Group::enter + add_with", true, w, || {
-                CounterGroup(ShardedCounter::new(&Group::new()))
-            }));
+            out.push(line("mmcid ShardedCounter::add", true, w, || CounterAdd(ShardedCounter::new(&group()))));
+            out.push(line("mmcid reg.enter + add_with", true, w, || CounterReg(ShardedCounter::new(&group()))));
+            out.push(line("mmcid Group::enter + add_with", true, w, || CounterGroup(ShardedCounter::new(&group()))));
             out.push(line("thread_local AtomicU64 fetch_add", false, w, TlAtomic::default));
             out.push(line("sched_getcpu + fetch_add", false, w, move || CpuFetchAdd(Padded::new(n))));
             if let Ok(r) = *rseq {
@@ -613,12 +640,12 @@ fn lines(w: Workload, rseq: &Result<Rseq, String>) -> Vec<Line> {
                 out.push(line("private work alone", false, w, || PrivateOnly));
             }
             out.push(line("mmcid reg.enter + PerCid", true, w, || {
-                let g = Group::new();
+                let g = group();
                 let p = PerCid::new(&g);
                 RecordReg(g, p)
             }));
             out.push(line("mmcid Group::enter + PerCid", true, w, || {
-                let g = Group::new();
+                let g = group();
                 let p = PerCid::new(&g);
                 RecordGroup(g, p)
             }));
@@ -645,6 +672,8 @@ struct Opts {
     ms: u64,
     repeats: usize,
     rounds: u32,
+    /// `--only SUBSTRING`: run only the approaches whose name contains it (a diagnostic).
+    only: Option<String>,
     stats: bool,
     json: Option<common::JsonFile>,
 }
@@ -655,11 +684,14 @@ fn usage() -> String {
      \n\
      Runs every approach of each workload in the same run (--compare is accepted for symmetry with the other\n\
      benchmarks: comparing is all this example does). --threads takes a comma-separated list of thread counts,\n\
-     each optionally followed by 'p' for pinned (one per allowed CPU; at most the number of allowed CPUs), e.g.\n\
+     each optionally followed by 'p' for pinned (round-robin over the allowed CPUs), e.g.\n\
      '1p,2p,1,2,8,32'; the default is 1 and cores pinned, 1, cores, 4 x cores and 16 x cores unpinned.\n\
      --ms: each cell's run time (default 200); --repeats: interleaved repeats, the median is reported (default 3);\n\
      --private-rounds: the private work per update of the 'private' workload (default 40);\n\
-     --stats: print each mmcid cell's path counters (stderr)."
+     --stats: print each mmcid cell's path counters (stderr); --per-cpu: keep the mmcid groups in per-CPU mode\n\
+     at every thread count (idle registrations), a diagnostic of the per-CPU paths; --no-rseq: mmcid groups\n\
+     borrow with a CAS instead of a restartable sequence (a diagnostic); --only SUBSTRING: run only the\n\
+     approaches whose name contains it."
         .into()
 }
 
@@ -670,6 +702,7 @@ fn parse(cpus: usize) -> Result<Option<Opts>, String> {
         ms: 200,
         repeats: 3,
         rounds: 40,
+        only: None,
         stats: false,
         json: None,
     };
@@ -679,6 +712,9 @@ fn parse(cpus: usize) -> Result<Option<Opts>, String> {
         match flag.as_str() {
             "--compare" => {}
             "--stats" => o.stats = true,
+            "--per-cpu" => FORCE_PER_CPU.store(true, Relaxed),
+            "--no-rseq" => NO_RSEQ.store(true, Relaxed),
+            "--only" => o.only = Some(common::value(&flag, it.next())?),
             "--workloads" => {
                 o.workloads = common::value(&flag, it.next())?
                     .split(',')
@@ -723,13 +759,8 @@ fn parse(cpus: usize) -> Result<Option<Opts>, String> {
             .map(|s| {
                 let (n, pinned) = s.strip_suffix('p').map_or((s, false), |n| (n, true));
                 match n.parse::<usize>() {
-                    Ok(t) if (1..=common::MAX_THREADS).contains(&t) && (!pinned || t <= cpus) => {
-                        Ok(Config { threads: t, pinned })
-                    }
-                    _ => Err(format!(
-                        "--threads: {s:?} is not a thread count from 1 to {} (pinned: at most the {cpus} allowed CPUs)",
-                        common::MAX_THREADS
-                    )),
+                    Ok(t) if (1..=common::MAX_THREADS).contains(&t) => Ok(Config { threads: t, pinned }),
+                    _ => Err(format!("--threads: {s:?} is not a thread count from 1 to {}", common::MAX_THREADS)),
                 }
             })
             .collect::<Result<_, _>>()?,
@@ -780,12 +811,19 @@ fn main() -> ExitCode {
     );
     drop(group);
     let mut json = Vec::new();
+    let filtered = |w| {
+        let mut v = lines(w, &rseq);
+        if let Some(only) = &opts.only {
+            v.retain(|l| l.name.contains(only.as_str()));
+        }
+        v
+    };
     let total_cells: usize =
-        opts.workloads.iter().map(|&w| lines(w, &rseq).len()).sum::<usize>() * opts.configs.len() * opts.repeats;
+        opts.workloads.iter().map(|&w| filtered(w).len()).sum::<usize>() * opts.configs.len() * opts.repeats;
     let mut progress = common::Progress::new(total_cells);
     let mut failed = false;
     for &w in &opts.workloads {
-        let lines = lines(w, &rseq);
+        let lines = filtered(w);
         // results[line][config] = per-repeat cells
         let mut results: Vec<Vec<Vec<Cell>>> = vec![vec![Vec::new(); opts.configs.len()]; lines.len()];
         for rep in 0..opts.repeats {

@@ -267,7 +267,9 @@ mod tests {
     #[test]
     fn sequence_adds_never_touch_a_held_cid() {
         const HOLDS: u64 = 200;
-        let group = Group::new();
+        // One CID per core: per-CPU mode for the whole test (with CID sets the adders' guard-path fallbacks could
+        // make the occupancy switch take the group to per-task mode, design.md §3.1).
+        let group = Group::builder().cids_per_core(1).build().unwrap();
         if !group.uses_rseq() {
             eprintln!("sequence_adds_never_touch_a_held_cid: no rseq borrows here, nothing to check");
             return;

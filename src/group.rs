@@ -70,6 +70,31 @@ pub(crate) struct Hot {
     /// The group's process-unique id (`Group::id`), here so that a guard takes it from the line its enter reads
     /// anyway.
     pub(crate) id: u64,
+    /// CIDs a core may own at once (design.md §2.6): slots `0..k` of each core are in use.
+    pub(crate) k: u32,
+    /// rseq groups: `__rseq_offset` (`sys::rseq::area`), where the borrowing thread's rseq area lies.
+    pub(crate) rseq_area: isize,
+}
+
+/// The most CIDs a core may own at once (design.md §2.6): its slot words fill one 64-byte line.
+pub const MAX_CIDS_PER_CORE: usize = 16;
+/// log2 of [`MAX_CIDS_PER_CORE`]: slot `j` of core `cpu` is slot index `cpu << SLOT_SHIFT | j`.
+pub(crate) const SLOT_SHIFT: u32 = 4;
+const _: () = assert!(1 << SLOT_SHIFT == MAX_CIDS_PER_CORE);
+
+/// A core's slot words (design.md §2.3, §2.6), on the core's own cache lines.
+pub(crate) type CoreSlots = CachePadded<[AtomicU32; MAX_CIDS_PER_CORE]>;
+
+/// The core of slot index `at`.
+#[inline(always)]
+pub(crate) fn core_of(at: usize) -> usize {
+    at >> SLOT_SHIFT
+}
+
+/// Slot index of slot `j` of core `cpu`.
+#[inline(always)]
+pub(crate) fn slot_at(cpu: usize, j: usize) -> usize {
+    cpu << SLOT_SHIFT | j
 }
 
 /// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
@@ -77,8 +102,8 @@ pub(crate) const NOT_A_MODE: u32 = u32::MAX;
 
 pub(crate) struct Inner {
     pub(crate) hot: CachePadded<Hot>,
-    /// One word per core (design.md §2.3), each on its own cache line.
-    pub(crate) slots: Box<[CachePadded<AtomicU32>]>,
+    /// Each core's slot words (design.md §2.3, §2.6), on its own cache lines; `slot(at)` reads them by index.
+    pub(crate) slots: Box<[CoreSlots]>,
     pub(crate) bitmap: Bitmap,
     /// Possible cores (the kernel's N), or the number of virtual cores.
     pub(crate) cores: usize,
@@ -110,6 +135,9 @@ struct Life {
     allowed: CpuSet,
     /// Switch-back threshold; non-zero ⇔ per-CPU mode wanted.
     thrs: usize,
+    /// Per-CPU ownership was found to use as many CIDs as per-task ownership would (design.md §3.1): per-task
+    /// mode, with `max_cids` at least `users`, until `users` falls below the kernel's switch-back threshold.
+    occupied: bool,
     /// Lifecycle events plus the counters of dropped registrations.
     counters: Counters,
 }
@@ -141,6 +169,8 @@ pub struct GroupBuilder {
     asymmetric: bool,
     /// `restartable_sequences`: `None` = where available (never under loom).
     rseq: Option<bool>,
+    /// `cids_per_core`: `None` = the default (16; 1 under loom, where model 13 sets 2).
+    cids_per_core: Option<usize>,
     #[cfg(loom)]
     mutant: Mutant,
 }
@@ -169,6 +199,7 @@ impl Group {
             invalid: None,
             asymmetric: true,
             rseq: None,
+            cids_per_core: None,
             #[cfg(loom)]
             mutant: Mutant::None,
         }
@@ -213,15 +244,17 @@ impl Group {
         self.inner.handles.load(Ordering::Acquire) == 0
     }
 
-    /// The most registrations the group can have at once (its CID space's hard size less one CID per core).
+    /// The most registrations the group can have at once (its CID space's hard size less what the cores may own,
+    /// and the one free bit allocation relies on).
     pub(crate) fn registration_limit(&self) -> usize {
-        MAX_BITS - self.inner.cores
+        MAX_BITS - self.inner.core_share() - 1
     }
 
     fn register_with(&self, handle: Group) -> Result<Registration, Error> {
         let inner = &*self.inner;
         let mut life = inner.life.lock();
-        if !inner.bitmap.grow(life.users + 1 + inner.cores) {
+        // I2's hard bound plus one (design.md §2.4, §2.6): every allocation finds a free bit.
+        if !inner.bitmap.grow(life.users + 1 + inner.core_share() + 1) {
             return Err(Error::TooManyRegistrations { limit: self.registration_limit() });
         }
         let rec = Arc::new(RegRec::new());
@@ -281,6 +314,12 @@ impl Group {
     /// The cores the group may use (grows only).
     pub fn cpus(&self) -> CpuSet {
         self.inner.life.lock().allowed.clone()
+    }
+
+    /// The most CIDs a core may own at once in per-CPU mode ([`GroupBuilder::cids_per_core`]). With `users`
+    /// registrations, every CID handed out is below `users + cids_per_core() · cores()` (I2's hard bound).
+    pub fn cids_per_core(&self) -> usize {
+        self.inner.hot.k as usize
     }
 
     /// Whether light barriers are compiler fences paired with `membarrier` (design.md §5.1).
@@ -366,7 +405,7 @@ impl Group {
         let mut owned: Vec<u32> =
             life.regs.iter().flatten().map(|r| r.cid.load(Ordering::Acquire)).filter(|&w| w != UNSET).collect();
         owned.extend(
-            inner.slots.iter().map(|s| s.load(Ordering::Acquire)).filter(|&s| s & ONCPU != 0).map(|s| s & VALUE),
+            inner.all_slots().map(|(_, s)| s.load(Ordering::Acquire)).filter(|&s| s & ONCPU != 0).map(|s| s & VALUE),
         );
         let mut sorted = owned.clone();
         sorted.sort_unstable();
@@ -458,6 +497,28 @@ impl GroupBuilder {
         self
     }
 
+    /// The most CIDs a core may own at once in per-CPU mode (design.md §2.6), from 1 to
+    /// [`MAX_CIDS_PER_CORE`] (default: the maximum; for more than 32 768 cores, less, so that the cores' share stays
+    /// within half the CID space). When a thread descheduled inside its guard holds its core's
+    /// first CID, the next thread entering on that core borrows one of the core's extra CIDs (a borrow like the
+    /// first one's: a restartable sequence or one CAS, then a plain store at exit) instead of taking a temporary
+    /// CID from the bitmap and giving it back at exit (two atomic read-modify-writes). A core keeps as many CIDs as
+    /// the most guards its threads held at once, up to this; 1 makes every enter on a busy core take a temporary.
+    ///
+    /// ```
+    /// let group = mmcid::Group::builder().virtual_cpus(1).cids_per_core(2).build()?;
+    /// let (mut a, mut b, _c) = (group.register(), group.register(), group.register()); // per-CPU mode
+    /// let first = a.enter(); // the core's first CID
+    /// let second = b.enter(); // the core's CID is held: its second one, not a temporary
+    /// assert_eq!((first.kind(), second.kind()), (mmcid::CidKind::Core(0), mmcid::CidKind::Core(0)));
+    /// assert_ne!(first.cid(), second.cid());
+    /// # Ok::<(), mmcid::Error>(())
+    /// ```
+    pub fn cids_per_core(mut self, k: usize) -> Self {
+        self.cids_per_core = Some(k);
+        self
+    }
+
     /// Loom only: build the group with one mutant step (docs/loom.md).
     #[cfg(loom)]
     #[doc(hidden)]
@@ -492,6 +553,10 @@ impl GroupBuilder {
     pub fn build(self) -> Result<Group, Error> {
         if let Some(e) = self.invalid.clone() {
             return Err(e);
+        }
+        if let Some(k) = self.cids_per_core {
+            let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus).max(1);
+            Error::check_range("cids_per_core", k, 1, cids_per_core_limit(cores))?;
         }
         match self.virtual_cpus {
             Some(0) => Err(Error::ZeroThreads),
@@ -533,6 +598,7 @@ impl GroupBuilder {
             && sys::membarrier_rseq_available();
         #[cfg(loom)]
         let rseq = self.rseq == Some(true);
+        let k = self.cids_per_core.unwrap_or(if cfg!(loom) { 1 } else { cids_per_core_limit(cores) });
         #[allow(unused_mut)]
         let mut bitmap = Bitmap::new(cores);
         #[cfg(loom)]
@@ -549,8 +615,10 @@ impl GroupBuilder {
                     fast_cpu: if asym { PER_CPU } else { NOT_A_MODE },
                     rseq,
                     id: next_group_id(),
+                    k: k as u32,
+                    rseq_area: if rseq { sys::rseq::area() } else { 0 },
                 }),
-                slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
+                slots: (0..cores).map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU32::new(EMPTY)))).collect(),
                 bitmap,
                 cores,
                 virtual_cpus: self.virtual_cpus.is_some(),
@@ -562,6 +630,7 @@ impl GroupBuilder {
                     free: Vec::new(),
                     allowed,
                     thrs: 0,
+                    occupied: false,
                     counters: Counters::default(),
                 }),
                 claim: AtomicU32::new(0),
@@ -574,6 +643,18 @@ impl GroupBuilder {
             counted: true,
         }
     }
+}
+
+/// The most CIDs a core of a group of `cores` may own: [`MAX_CIDS_PER_CORE`], less where the cores' share would take
+/// more than half the CID space (only groups of more than 32 768 cores, virtual ones).
+fn cids_per_core_limit(cores: usize) -> usize {
+    (MAX_BITS / 2 / cores).clamp(1, MAX_CIDS_PER_CORE)
+}
+
+/// Whether `holders` guards held at once in per-CPU mode make per-task ownership of `users` CIDs worth it (design.md
+/// §3.1): at least half the users, so per-task ownership needs at most twice the CIDs the holders need anyway.
+fn occupied_at(holders: usize, users: usize) -> bool {
+    holders * 2 >= users
 }
 
 /// The most cores (virtual or real) a group covers: one cache-padded slot each, and the core number must fit the
@@ -591,6 +672,27 @@ impl Inner {
     pub(crate) fn max_cids(&self) -> usize {
         // Relaxed: a stale bound only changes whether converge runs (dossier O4).
         self.hot.max_cids.load(Ordering::Relaxed) as usize
+    }
+
+    /// Slot word `at` (`slot_at(cpu, j)`, design.md §2.6).
+    #[inline(always)]
+    pub(crate) fn slot(&self, at: usize) -> &AtomicU32 {
+        &self.slots[core_of(at)][at & (MAX_CIDS_PER_CORE - 1)]
+    }
+
+    /// The slot words in use of core `cpu`, with their indexes: `0..k`.
+    pub(crate) fn core_slots(&self, cpu: usize) -> impl Iterator<Item = (usize, &AtomicU32)> {
+        self.slots[cpu][..self.hot.k as usize].iter().enumerate().map(move |(j, s)| (slot_at(cpu, j), s))
+    }
+
+    /// Every slot word in use, with its index: what sweeps, drains and audits visit.
+    pub(crate) fn all_slots(&self) -> impl Iterator<Item = (usize, &AtomicU32)> {
+        (0..self.cores).flat_map(move |cpu| self.core_slots(cpu))
+    }
+
+    /// The most CIDs the cores may own at once: `K · cores` (I2's hard bound is `users` more, design.md §2.6).
+    pub(crate) fn core_share(&self) -> usize {
+        self.hot.k as usize * self.cores
     }
 
     /// Whether the loom mutant `m` is active (always false in normal builds).
@@ -687,18 +789,18 @@ impl Inner {
     /// ONCPU. Either way the slot's load pairs with the previous borrower's X1 Release store (I8): the CAS's
     /// Acquire, or an x86 load (acquire by TSO) inside the sequence.
     #[inline(always)]
-    pub(crate) fn borrow_slot(&self, cpu: usize, expect: u32) -> bool {
+    pub(crate) fn borrow_slot(&self, at: usize, expect: u32) -> bool {
         if self.hot.rseq {
-            self.rseq_store_if(cpu, expect, expect | BUSY)
+            self.rseq_store_if(at, expect, expect | BUSY)
         } else {
-            self.slots[cpu].compare_exchange(expect, expect | BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            self.slot(at).compare_exchange(expect, expect | BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
         }
     }
 
     #[cfg(not(loom))]
     #[inline(always)]
-    fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
-        sys::rseq::store_if(cpu as u32, &self.hot.mode, &self.slots[cpu], expect, new)
+    fn rseq_store_if(&self, at: usize, expect: u32, new: u32) -> bool {
+        sys::rseq::store_if(self.hot.rseq_area, core_of(at) as u32, &self.hot.mode, self.slot(at), expect, new)
     }
 
     /// Loom's restartable sequence: nothing else of core `cpu` runs between the compares and the store, which is
@@ -710,9 +812,9 @@ impl Inner {
     /// false duplicates (reproduced with seven lines of loom, no mmcid: plain store → false report, swap → none;
     /// docs/loom.md). As an RMW the store is placed after everything it raced in modification order.
     #[cfg(loom)]
-    fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
-        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
-        let slot = &self.slots[cpu];
+    fn rseq_store_if(&self, at: usize, expect: u32, new: u32) -> bool {
+        let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
+        let slot = self.slot(at);
         // Acquire, both: what the real sequence's x86 loads are (acquire by TSO); the slot load pairs with the
         // previous borrower's X1 (I8), the mode load with F1/F4.
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || slot.load(Ordering::Acquire) != expect {
@@ -727,10 +829,10 @@ impl Inner {
     /// Loom's whole-update sequence (design.md §9.2): `f` runs where the commit store would, under the same
     /// checks as `rseq_store_if`, and the slot is not written.
     #[cfg(loom)]
-    pub(crate) fn rseq_run_if(&self, cpu: usize, expect: u32, f: impl FnOnce()) -> bool {
-        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
+    pub(crate) fn rseq_run_if(&self, at: usize, expect: u32, f: impl FnOnce()) -> bool {
+        let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
         // Acquire, both: as in `rseq_store_if` (x86 loads; I8 through the previous borrower's X1).
-        let s = self.slots[cpu].load(Ordering::Acquire);
+        let s = self.slot(at).load(Ordering::Acquire);
         let same = if self.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) { s & !BUSY == expect & !BUSY } else { s == expect };
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || !same {
             return false;
@@ -739,14 +841,14 @@ impl Inner {
         true
     }
 
-    /// Takes idle word `s` (`ONCPU | c`) of core `cpu`'s slot, leaving it EMPTY: on success `c` is the caller's.
+    /// Takes idle word `s` (`ONCPU | c`) of slot `at`, leaving it EMPTY: on success `c` is the caller's.
     /// For every `idle → EMPTY` write outside a fixup walk. A CAS; in rseq groups a claim (design.md §4.1.1):
     /// `s → s | CLAIM`, the RSEQ membarrier, `s | CLAIM → EMPTY`, under the claim lock. Nobody waits for that
     /// lock: a stealer (`exit = false`) that finds it held gives up (it converges at a later enter, I6), and an
     /// exit leaves its slot to the holder (`defer_claim`) and returns false, as if someone else had taken `c`.
     /// `c`: the calling registration's counters, for what a drain takes.
-    pub(crate) fn take_idle(&self, cpu: usize, s: u32, exit: bool, c: &Counters) -> bool {
-        let slot = &self.slots[cpu];
+    pub(crate) fn take_idle(&self, at: usize, s: u32, exit: bool, c: &Counters) -> bool {
+        let slot = self.slot(at);
         // AcqRel: takes the CID with its last borrower's writes (pairs with X1's Release store).
         if !self.hot.rseq {
             return slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok();
@@ -831,7 +933,7 @@ impl Inner {
             return;
         }
         let mut claimed = false;
-        for slot in self.slots.iter() {
+        for (_, slot) in self.all_slots() {
             // Relaxed, and still sees each deferring exit's X1 (or later): X1 → the exit's Release swap of the
             // flag → our Acquire swap (`claim_unlock`) → this load. So a deferred slot is never skipped as stale;
             // other values are hints the CAS validates. AcqRel CAS: as `take_idle`'s claim (pairs with X1);
@@ -850,7 +952,7 @@ impl Inner {
         if !self.mutant(MUTANT_NO_DRAIN_BARRIER) {
             self.rseq_barrier();
         }
-        for slot in self.slots.iter() {
+        for (_, slot) in self.all_slots() {
             // Every CLAIM word is ours (we hold the lock); our own claim is the latest we can read, or a sequence's
             // BUSY that committed over it (then its borrower keeps the CID, and the CAS fails). Relaxed load and
             // failure: hints; the AcqRel CAS takes the CID with the writes its claim acquired.
@@ -885,12 +987,16 @@ impl Inner {
     /// Recomputes `max_cids` and decides whether the mode must flip (kernel `mm_update_max_cids`).
     fn update_limits(&self, life: &mut Life) -> Flip {
         let opt = self.opt(life);
-        let max = (opt + opt / 4).min(self.cores);
+        if life.occupied && life.users < self.thrs(opt) {
+            life.occupied = false; // few enough users for the kernel's rules again (design.md §3.1)
+        }
+        let kernel_max = (opt + opt / 4).min(self.cores);
+        let max = if life.occupied { kernel_max.max(life.users) } else { kernel_max };
         // Relaxed: lock held; a reader's stale value only changes whether it converges (dossier O4).
         self.hot.max_cids.store(max as u32, Ordering::Relaxed);
         // Relaxed: the caller holds the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
-            if life.users > max {
+            if life.users > max && !life.occupied {
                 life.thrs = self.thrs(opt);
                 return Flip::ToPerCpu;
             }
@@ -899,6 +1005,42 @@ impl Inner {
             return Flip::ToPerTask;
         }
         Flip::None
+    }
+
+    /// Per-CPU mode, and an enter found its core's first CID held (design.md §3.1): if at least half the users hold a
+    /// guard right now (borrowed slots and temporaries), per-CPU ownership saves at most half the CIDs, and the
+    /// group switches to per-task ownership. Only tries the lifecycle lock: an enter never waits (I6).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn check_occupancy(&self) {
+        // Relaxed: a hint (the decision is taken again under the lock).
+        if !occupied_at(self.holders(), self.users.load(Ordering::Relaxed)) {
+            return;
+        }
+        let Some(mut life) = self.life.try_lock() else { return };
+        // Relaxed: we hold the lifecycle lock, and only its holder stores the mode.
+        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU || life.occupied || !occupied_at(self.holders(), life.users)
+        {
+            return;
+        }
+        life.occupied = true;
+        life.thrs = 0;
+        let flip = self.update_limits(&mut life);
+        debug_assert!(matches!(flip, Flip::None), "per-CPU mode, occupied: only this switch is due");
+        self.apply(&mut life, Flip::ToPerTask);
+    }
+
+    /// Guards holding a CID now, as a racy snapshot in per-CPU mode: BUSY slots, plus the set bits no slot owns
+    /// (temporaries; registration words are UNSET in per-CPU mode but for transitions).
+    fn holders(&self) -> usize {
+        let (mut busy, mut owned) = (0, 0);
+        for (_, slot) in self.all_slots() {
+            // Relaxed: a snapshot that only decides whether to look again under the lock.
+            let s = slot.load(Ordering::Relaxed);
+            owned += (s & ONCPU != 0) as usize;
+            busy += (s & BUSY != 0) as usize;
+        }
+        busy + self.bitmap.count().saturating_sub(owned)
     }
 
     fn apply(&self, life: &mut Life, flip: Flip) {
@@ -958,7 +1100,7 @@ impl Inner {
     /// Takes the CID of every core slot that owns one nobody is using (busy ones resolve at their exit, D-core).
     fn sweep_slots(&self, life: &mut Life) {
         life.counters.bump(Ev::FixupWalk);
-        for slot in self.slots.iter() {
+        for (_, slot) in self.all_slots() {
             life.counters.bump(Ev::FixupVisit);
             // F3. Relaxed: a hint the CAS below validates (and acquires through).
             let s = slot.load(Ordering::Relaxed);
@@ -1015,7 +1157,7 @@ impl Group {
         let g = &*self.inner;
         let c = g.bitmap.get();
         // Set-up, before the model's threads are spawned (their spawn orders it); Release is not needed.
-        g.slots[cpu].store(slot::busy(c), Ordering::Release);
+        g.slot(slot_at(cpu, 0)).store(slot::busy(c), Ordering::Release);
     }
 
     /// That guard's exit after the switch (`exit_slow_core` without adoption): X1, then the claim, which may
@@ -1023,9 +1165,10 @@ impl Group {
     pub fn loom_exit_core(&self, cpu: usize) {
         let g = &*self.inner;
         // Relaxed: the holder reads its own BUSY word (only it writes a BUSY slot). Release: X1, as the real exit.
-        let c = g.slots[cpu].load(Ordering::Relaxed) & VALUE;
-        g.slots[cpu].store(slot::owned(c), Ordering::Release);
-        if g.take_idle(cpu, slot::owned(c), true, &Counters::default()) {
+        let at = slot_at(cpu, 0);
+        let c = g.slot(at).load(Ordering::Relaxed) & VALUE;
+        g.slot(at).store(slot::owned(c), Ordering::Release);
+        if g.take_idle(at, slot::owned(c), true, &Counters::default()) {
             g.bitmap.clear(c);
         }
     }
@@ -1107,16 +1250,18 @@ mod tests {
         let inner = &*g.inner;
         let regs: Vec<_> = (0..inner.cores + 1).map(|_| g.register()).collect();
         assert_eq!(g.mode(), Mode::PerCpu);
-        for slot in inner.slots.iter() {
+        for cpu in 0..inner.cores {
+            let slot = inner.slot(slot_at(cpu, 0));
             if slot.load(Acquire) == EMPTY {
                 slot.store(slot::owned(inner.bitmap.get()), Release); // as a first enter on the core would
             }
         }
         let rounds: u64 = if cfg!(debug_assertions) { 500_000 } else { 5_000_000 };
         let (threads, total) = sys::tests::per_cpu_exclusion(rounds, |cpu| {
-            let word = inner.slots[cpu].load(Relaxed);
-            (slot::idle_cid(word).is_some() && inner.borrow_slot(cpu, word))
-                .then_some(move || inner.slots[cpu].store(word, Release)) // the exit's X1
+            let at = slot_at(cpu, 0);
+            let word = inner.slot(at).load(Relaxed);
+            (slot::idle_cid(word).is_some() && inner.borrow_slot(at, word))
+                .then_some(move || inner.slot(at).store(word, Release)) // the exit's X1
         });
         assert_eq!(total, threads as u64 * rounds, "two threads of one CPU borrowed its CID at once");
         drop(regs);
@@ -1138,7 +1283,7 @@ mod tests {
         let _reg = g.register(); // per-task mode: no core may own a CID
         let c = inner.bitmap.get();
         let idle = slot::owned(c);
-        inner.slots[0].store(idle, Release); // what an exit that lost a switch finds after its X1
+        inner.slot(0).store(idle, Release); // what an exit that lost a switch finds after its X1
         let counters = Counters::default();
 
         assert!(inner.try_claim_lock(), "the test is the holder");
@@ -1146,10 +1291,10 @@ mod tests {
         assert_eq!(inner.claims_deferred.load(Relaxed), 0, "and flags nothing");
         assert!(!inner.take_idle(0, idle, true, &counters), "an exit does not wait either");
         assert_eq!(inner.claims_deferred.load(Relaxed), 1, "it flags its slot");
-        assert_eq!(inner.slots[0].load(Relaxed), idle, "and leaves the CID there");
+        assert_eq!(inner.slot(0).load(Relaxed), idle, "and leaves the CID there");
 
         inner.claim_unlock(&counters); // the holder's unlock drains the flag
-        assert_eq!(inner.slots[0].load(Relaxed), EMPTY);
+        assert_eq!(inner.slot(0).load(Relaxed), EMPTY);
         assert!(!inner.bitmap.is_set(c), "the deferred CID is free");
         assert_eq!((inner.claims_deferred.load(Relaxed), inner.claim.load(Relaxed)), (0, 0));
         let mut t = Stats::totals();
@@ -1159,8 +1304,9 @@ mod tests {
 
         // With the lock free, the exit claims by itself.
         let c = inner.bitmap.get();
-        inner.slots[1 % inner.cores].store(slot::owned(c), Release);
-        assert!(inner.take_idle(1 % inner.cores, slot::owned(c), true, &counters));
+        let at = slot_at(1 % inner.cores, 0);
+        inner.slot(at).store(slot::owned(c), Release);
+        assert!(inner.take_idle(at, slot::owned(c), true, &counters));
         assert_eq!(inner.claim.load(Relaxed), 0, "unlocked again");
         inner.bitmap.clear(c);
         assert!(g.audit().is_consistent(), "{:?}", g.audit());

@@ -80,7 +80,7 @@ pub use cpuset::CpuSet;
 pub use error::Error;
 #[doc(hidden)]
 pub use group::Audit;
-pub use group::{Group, GroupBuilder};
+pub use group::{Group, GroupBuilder, MAX_CIDS_PER_CORE};
 pub use percid::{IterVisited, PerCid};
 pub use registration::{Cid, CidGuard, CidKind, Registration};
 #[cfg(not(loom))]

@@ -6,17 +6,18 @@
 //! counted under the lifecycle lock. `Group::stats` sums the live records and the totals of dropped ones.
 
 /// Counted events. The first seven share the registration record's first cache line with its word and
-/// `running` flag (`RegRec` is 128-byte aligned: 8 bytes, then these): the fast paths and the temporary path
-/// (which follows a blocking call, when that line is often cold) touch that one line only.
+/// `running` flag (`RegRec` is 128-byte aligned: 8 bytes, then these): the fast paths, the extra-CID borrow and
+/// the sequence adds touch that one line only (a temporary's exit touches the next one too).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Ev {
     TaskFast,
     CpuFast,
+    CpuExtra,
+    Sequence,
     Temporary,
     Alloc,
     BitmapSet,
     BitmapClear,
-    Sequence,
     TaskSlow,
     CpuSlow,
     Converge,
@@ -58,14 +59,19 @@ pub struct Stats {
     /// Enters that kept or got the registration's own CID on the slow path (after a switch, out of range, or
     /// first use).
     pub enter_task_slow: u64,
-    /// Enters that borrowed (or donated and borrowed) the core's CID on the slow path.
+    /// Enters that borrowed (or donated and borrowed) the core's first CID on the slow path.
     pub enter_cpu_slow: u64,
+    /// Enters that borrowed one of the core's extra CIDs (or donated one) because its first CID was held by a
+    /// guard (design.md §2.6, [`GroupBuilder::cids_per_core`](crate::GroupBuilder::cids_per_core)): a thread
+    /// descheduled inside its guard on that core, or a nested guard.
+    pub enter_cpu_extra: u64,
     /// Enters that moved a CID back under `max_cids` (I4); also counted in one of the categories above.
     pub enter_converge: u64,
-    /// Enters that took a temporary CID because the core's CID was in use. Every enter is exactly one of
-    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`. A large share
-    /// means threads are descheduled inside their guards (blocked in a system call, or preempted on a busy core):
-    /// a temporary costs two bitmap RMWs more than a borrow, so keep guards around the work on per-CID data.
+    /// Enters that took a temporary CID because every CID their core may own was in use. Every enter is exactly
+    /// one of `enter_task_fast`, `enter_cpu_fast`, `enter_cpu_extra`, `enter_task_slow`, `enter_cpu_slow`,
+    /// `enter_temporary`. A large share means more threads per core are descheduled inside their guards (blocked
+    /// in a system call, or preempted on a busy core) than the core may keep CIDs for: a temporary costs two bitmap
+    /// RMWs more than a borrow, so keep guards around the work on per-CID data.
     pub enter_temporary: u64,
     /// Enters that allocated a CID from the bitmap (also counted in one of the categories above).
     pub enter_alloc: u64,
@@ -116,8 +122,16 @@ mod imp {
         /// Single-writer increment: a load and a store, no read-modify-write.
         #[inline(always)]
         pub(crate) fn bump(&self, ev: Ev) {
+            self.bumped(ev);
+        }
+
+        /// `bump`, returning the new count.
+        #[inline(always)]
+        pub(crate) fn bumped(&self, ev: Ev) -> u64 {
             let c = &self.0[ev as usize];
-            c.store(c.load(Relaxed) + 1, Relaxed);
+            let n = c.load(Relaxed) + 1;
+            c.store(n, Relaxed);
+            n
         }
 
         pub(crate) fn add_to(&self, out: &mut [u64; EVENTS]) {
@@ -146,6 +160,10 @@ mod imp {
     impl Counters {
         #[inline(always)]
         pub(crate) fn bump(&self, _ev: Ev) {}
+        #[inline(always)]
+        pub(crate) fn bumped(&self, _ev: Ev) -> u64 {
+            1
+        }
         pub(crate) fn add_to(&self, _out: &mut [u64; EVENTS]) {}
         pub(crate) fn absorb(&self, _other: &Counters) {}
     }
@@ -160,6 +178,7 @@ impl Stats {
             enter_cpu_fast: t[Ev::CpuFast as usize],
             enter_task_slow: t[Ev::TaskSlow as usize],
             enter_cpu_slow: t[Ev::CpuSlow as usize],
+            enter_cpu_extra: t[Ev::CpuExtra as usize],
             enter_converge: t[Ev::Converge as usize],
             enter_temporary: t[Ev::Temporary as usize],
             enter_alloc: t[Ev::Alloc as usize],
@@ -196,6 +215,7 @@ mod tests {
         let events = [
             Ev::TaskFast,
             Ev::CpuFast,
+            Ev::CpuExtra,
             Ev::Sequence,
             Ev::TaskSlow,
             Ev::CpuSlow,
@@ -229,6 +249,7 @@ mod tests {
         let fields = [
             (s.enter_task_fast, n(Ev::TaskFast)),
             (s.enter_cpu_fast, n(Ev::CpuFast)),
+            (s.enter_cpu_extra, n(Ev::CpuExtra)),
             (s.counter_sequences, n(Ev::Sequence)),
             (s.enter_task_slow, n(Ev::TaskSlow)),
             (s.enter_cpu_slow, n(Ev::CpuSlow)),

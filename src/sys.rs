@@ -72,6 +72,40 @@ mod imp {
             cfg!(target_arch = "x86_64") && CPU_ID_AT.load(Relaxed) != NONE && RSEQ_CS_COVERED.load(Relaxed)
         }
 
+        /// `__rseq_offset`: where every thread's `struct rseq` lies from its thread pointer. Meaningful only once
+        /// `critical_sections()` holds; groups keep it next to their mode word, so that their hot paths find the
+        /// area without loading this crate's statics.
+        pub(crate) fn area() -> isize {
+            CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID)
+        }
+
+        /// `cpu_id()` for a group built where `critical_sections()` held, with `area` from `area()`: one load.
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        pub(crate) fn cpu_id_in(area: isize) -> Option<usize> {
+            let cpu: u32;
+            // SAFETY: as in `cpu_id`: `area` is `__rseq_offset`, so fs:[area + 4] is the calling thread's `cpu_id`
+            // inside its TCB (alive as long as the thread). A plain load: the kernel writes the field only while
+            // the thread is not running user code, and the asm is volatile (never merged with another load).
+            unsafe {
+                std::arch::asm!(
+                    "mov {cpu:e}, dword ptr fs:[{area} + 4]",
+                    area = in(reg) area,
+                    cpu = lateout(reg) cpu,
+                    options(nostack, readonly, preserves_flags),
+                )
+            };
+            // Negative: this thread's area is not registered (see the module docs).
+            usize::try_from(cpu as i32).ok()
+        }
+
+        /// Not reached: `critical_sections()` is false on this target.
+        #[cfg(not(target_arch = "x86_64"))]
+        #[inline(always)]
+        pub(crate) fn cpu_id_in(_area: isize) -> Option<usize> {
+            cpu_id()
+        }
+
         /// One restartable sequence on the calling thread's rseq area (design.md §4.1.1): if the thread runs on
         /// `$cpu`, `*$mode & ONCPU != 0` and `*$slot == $expect`, run the commit instructions (ending with the
         /// one store that commits) and yield true; else, or if the kernel aborts the sequence (the thread was
@@ -139,11 +173,16 @@ mod imp {
         /// -1 or -2 as its CPU and always gets false.
         #[cfg(target_arch = "x86_64")]
         #[inline(always)]
-        pub(crate) fn store_if(cpu: u32, mode: &AtomicU32, slot: &AtomicU32, expect: u32, new: u32) -> bool {
-            // __rseq_offset: where the thread's struct rseq lies.
-            let area = CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID);
-            // SAFETY: `area` is `__rseq_offset` (`critical_sections()` held at group build, and the offset never
-            // changes), so fs:[area] is this thread's `struct rseq`, inside its TCB: u32 cpu_id at +4, which the
+        pub(crate) fn store_if(
+            area: isize,
+            cpu: u32,
+            mode: &AtomicU32,
+            slot: &AtomicU32,
+            expect: u32,
+            new: u32,
+        ) -> bool {
+            // SAFETY: `area` is `__rseq_offset` (the group took it from `area()` when `critical_sections()` held at
+            // its build, and the offset never changes), so fs:[area] is this thread's `struct rseq`, inside its TCB: u32 cpu_id at +4, which the
             // kernel writes and we only read, and u64 rseq_cs at +8, which the rseq ABI has user space write (the
             // kernel reads it, and may clear it), covered by `__rseq_size` (`probe`). A thread whose area is not
             // registered still owns that TCB memory, and its cpu_id (-1 or -2) fails the compare. The descriptor is a
@@ -167,6 +206,7 @@ mod imp {
         #[cfg(target_arch = "x86_64")]
         #[inline(always)]
         pub(crate) fn add_if(
+            area: isize,
             cpu: u32,
             mode: &AtomicU32,
             slot: &AtomicU32,
@@ -174,7 +214,6 @@ mod imp {
             cell: &AtomicU64,
             n: u64,
         ) -> bool {
-            let area = CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID);
             // SAFETY: as in `store_if`; `cell` is a live aligned 8-byte atomic, loaded and then stored with plain
             // x86 moves (each atomic), and that store is the only one between 4 and 5 and the commit.
             unsafe {
@@ -187,14 +226,14 @@ mod imp {
         /// Not reached: `critical_sections()` is false on this target.
         #[cfg(not(target_arch = "x86_64"))]
         #[inline(always)]
-        pub(crate) fn store_if(_cpu: u32, _mode: &AtomicU32, _slot: &AtomicU32, _expect: u32, _new: u32) -> bool {
+        pub(crate) fn store_if(_: isize, _: u32, _: &AtomicU32, _: &AtomicU32, _: u32, _: u32) -> bool {
             false
         }
 
         /// Not reached: `critical_sections()` is false on this target.
         #[cfg(not(target_arch = "x86_64"))]
         #[inline(always)]
-        pub(crate) fn add_if(_: u32, _: &AtomicU32, _: &AtomicU32, _: u32, _: &AtomicU64, _: u64) -> bool {
+        pub(crate) fn add_if(_: isize, _: u32, _: &AtomicU32, _: &AtomicU32, _: u32, _: &AtomicU64, _: u64) -> bool {
             false
         }
 
@@ -256,8 +295,16 @@ mod imp {
         pub(crate) fn critical_sections() -> bool {
             false
         }
+        pub(crate) fn area() -> isize {
+            0
+        }
+        #[inline(always)]
+        pub(crate) fn cpu_id_in(_area: isize) -> Option<usize> {
+            None
+        }
         #[inline(always)]
         pub(crate) fn store_if(
+            _area: isize,
             _cpu: u32,
             _mode: &std::sync::atomic::AtomicU32,
             _slot: &std::sync::atomic::AtomicU32,
@@ -268,6 +315,7 @@ mod imp {
         }
         #[inline(always)]
         pub(crate) fn add_if(
+            _: isize,
             _: u32,
             _: &std::sync::atomic::AtomicU32,
             _: &std::sync::atomic::AtomicU32,
@@ -573,18 +621,18 @@ pub(crate) mod tests {
         let slots: Vec<AtomicU32> = (0..cpus).map(|_| AtomicU32::new(idle)).collect();
         let (threads, total) = per_cpu_exclusion(rounds, |cpu| {
             let slot = &slots[cpu];
-            (slot.load(Relaxed) == idle && rseq::store_if(cpu as u32, &mode, slot, idle, idle | BUSY))
+            (slot.load(Relaxed) == idle && rseq::store_if(rseq::area(), cpu as u32, &mode, slot, idle, idle | BUSY))
                 .then_some(move || slot.store(idle, Release))
         });
         assert_eq!(total, threads as u64 * rounds, "two threads held one CPU's slot at once");
         // The mode check inside the sequence: without ONCPU nothing commits.
         mode.store(0, Relaxed);
         let cpu = rseq::cpu_id().unwrap();
-        assert!(!rseq::store_if(cpu as u32, &mode, &slots[cpu], idle, idle | BUSY));
+        assert!(!rseq::store_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, idle | BUSY));
         // A CPU number we cannot be running on never commits (`cpus` is no CPU, and unlike u32::MAX it is not
         // what an unregistered area reads either).
         mode.store(ONCPU, Relaxed);
-        assert!(!rseq::store_if(cpus as u32, &mode, &slots[cpu], idle, idle | BUSY));
+        assert!(!rseq::store_if(rseq::area(), cpus as u32, &mode, &slots[cpu], idle, idle | BUSY));
         assert!(slots.iter().all(|s| s.load(Relaxed) == idle), "a failed sequence stored");
     }
 
@@ -614,7 +662,8 @@ pub(crate) mod tests {
                         let mut mine = 0;
                         for _ in 0..rounds {
                             let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
-                            mine += rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1) as u64;
+                            mine +=
+                                rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1) as u64;
                         }
                         mine
                     })
@@ -638,12 +687,12 @@ pub(crate) mod tests {
             s.spawn(|| {
                 let cpu = affinity().unwrap()[0];
                 pin_current(cpu).unwrap();
-                assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle + 1, &cells[cpu], 1));
+                assert!(!rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle + 1, &cells[cpu], 1));
                 mode.store(0, Relaxed);
-                assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+                assert!(!rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
                 assert_eq!(cells.iter().map(|c| c.load(Relaxed)).sum::<u64>(), total);
                 mode.store(ONCPU, Relaxed);
-                assert!(rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+                assert!(rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
             });
         });
     }
@@ -671,7 +720,7 @@ pub(crate) mod tests {
         extern "C" fn handler(_: libc::c_int) {
             // Async-signal-safe: a TLS load and the sequence, no allocation, no lock.
             if let Some(cpu) = rseq::cpu_id().filter(|&c| c < 1024) {
-                let ok = rseq::add_if(cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1);
+                let ok = rseq::add_if(rseq::area(), cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1);
                 IN_HANDLER.fetch_add(ok as u64, Relaxed);
             }
             HANDLED.fetch_add(1, Relaxed);
@@ -697,7 +746,7 @@ pub(crate) mod tests {
             let (mut mine, mut done) = (0, 0);
             while done < rounds / 4 || !SENT_ALL.load(Acquire) {
                 let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
-                mine += rseq::add_if(cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1) as u64;
+                mine += rseq::add_if(rseq::area(), cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1) as u64;
                 done += 1;
             }
             mine
