@@ -837,7 +837,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
             st.switches_to_per_cpu,
             st.switches_to_per_task
         );
-        println!("mmcid stats: {st:?}");
+        println!("mmcid stats: {st}");
     }
     if let Some(file) = json {
         let body = format!(
