@@ -1,6 +1,6 @@
 //! hackbench (rt-tests) in threaded mode, with every message sent and received inside a CID guard of a chosen
 //! policy that updates per-CID data: what does CID management cost a thread-heavy program, and how does mmcid
-//! compare with the designs the kernel went through (`mmcid::policy`)?
+//! compare with the designs the kernel went through (the workspace crate `mmcid-policies`)?
 //!
 //! Workload (`../shared/spec/workloads-and-peers.md` §5): `G` groups of `F` senders and `F` receivers; one channel
 //! per receiver (a socket pair, or a pipe with `--pipe`) written by all `F` senders of its group; every sender
@@ -38,8 +38,8 @@ use common::{
     Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
 use crossbeam_utils::CachePadded;
-use mmcid::policy::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{CpuSet, Group, PerCid};
+use mmcid_policies::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use std::cell::UnsafeCell;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -606,7 +606,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usa
         run_totals(groups, fds, loops, size).ok_or_else(|| format!("{groups} groups: message count overflows"))?;
     let io_inside = cfg.guard_io;
     // Every CID stays below the guards held at once (at most `tasks`) plus the CIDs the policy keeps idle
-    // (mmcid::policy), whatever CPU quota the process runs under.
+    // (mmcid-policies), whatever CPU quota the process runs under.
     let idle = policy.idle_cids();
     let policy = Arc::new(policy);
     let data = Arc::new(policy.data(tasks + idle));
@@ -1258,7 +1258,7 @@ mod tests {
     /// data nor read as CIDs left in use after the run.
     #[test]
     fn idle_lazy_cids_on_many_cores_are_not_a_failure() {
-        use mmcid::policy::LazyConfig;
+        use mmcid_policies::LazyConfig;
         let cfg = parse(&["-f", "2", "-l", "20"]).unwrap().unwrap();
         let config = LazyConfig { cores: 64, period: Duration::from_secs(3600), ..LazyConfig::new(Scan::All, 8) };
         let policy = LazyCids::with_config(config).unwrap();

@@ -1,5 +1,5 @@
 //! Thread pool create/teardown churn (Gleixner's Oct 2025 benchmark, `../shared/spec/workloads-and-peers.md` §6)
-//! with every CID policy of `mmcid::policy`: threads per second, and how many ownership-mode switches mmcid made.
+//! with every CID policy of the workspace crate `mmcid-policies`: threads per second, and how many ownership-mode switches mmcid made.
 //!
 //! `P` pool threads each loop: start `T` short-lived threads back to back (timing each spawn); each new thread
 //! registers with the policy (≈ fork), enters (≈ first schedule-in), checks in with its pool (mutex + condvar
@@ -35,8 +35,8 @@ use common::{
     print_median_table, print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi,
     Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
-use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{Group, Mode};
+use mmcid_policies::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};

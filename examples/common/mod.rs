@@ -590,7 +590,7 @@ fn milestone(done: usize, total: usize) -> bool {
 /// Test-only helpers shared by the examples' tests.
 #[cfg(test)]
 pub mod testing {
-    use mmcid::policy::{NoCid, Policy};
+    use mmcid_policies::{NoCid, Policy};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
