@@ -4,6 +4,11 @@
 //! environment in charge), `Cids` (the independent exclusivity / hand-over checker) and `quiescent` /
 //! `all_free` (the accounting checks at the end of each model), bundled as `finish`.
 
+// The models need both the `loom` feature and `--cfg loom`: with the feature alone they would build as empty
+// binaries and pass without checking anything.
+#[cfg(all(feature = "loom", not(loom)))]
+compile_error!("the loom models also need RUSTFLAGS=\"--cfg loom\": run them with `bash scripts/loom.sh`");
+
 #[cfg(loom)]
 pub use harness::*;
 
