@@ -22,7 +22,7 @@ OUT=$(mktemp -d "${TMPDIR:-/tmp}/mmcid-callgrind.XXXXXX")
 # Total instructions (Ir) of one run.
 count() {
     local mode=$1 n=$2 file="$OUT/callgrind.$1.$2.out"
-    valgrind --tool=callgrind --callgrind-out-file="$file" "$BIN" "$mode" "$n" >"$OUT/stdout.$mode.$n" 2>"$OUT/stderr.$mode.$n"
+    valgrind --tool=callgrind --callgrind-out-file="$file" "$BIN" --mode "$mode" --iters "$n" >"$OUT/stdout.$mode.$n" 2>"$OUT/stderr.$mode.$n"
     awk '/^(summary|totals):/ { print $2; exit }' "$file"
 }
 
