@@ -2,7 +2,7 @@
 //! policy that updates per-CID data: what does CID management cost a thread-heavy program, and how does mmcid
 //! compare with the designs the kernel went through (the workspace crate `mmcid-policies`)?
 //!
-//! Workload (`../shared/spec/workloads-and-peers.md` §5): `G` groups of `F` senders and `F` receivers; one channel
+//! Workload (hackbench's threaded mode, as in rt-tests): `G` groups of `F` senders and `F` receivers; one channel
 //! per receiver (a socket pair, or a pipe with `--pipe`) written by all `F` senders of its group; every sender
 //! writes `L` messages of `S` bytes to each receiver, every receiver reads `F × L` messages. Workers register,
 //! report ready and wait for "go"; the time is wall time from go to the last join.
@@ -961,7 +961,7 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     };
     // User time medians are not tabulated: the kernel splits user from system time at each tick, so one ~0.1 s run
     // reads coarse, and a 9-run median swings by tens of percent. The mean of the paired differences averages the
-    // ticks out, and it is where a policy's own per-guard work shows (docs/benchmarks.md, session 11): printed below.
+    // ticks out, and it is where a policy's own per-guard work shows (docs/benchmarks.md): printed below.
     let switches = |title, runs: &[Vec<Vec<f64>>]| medians_of(title, runs, 0);
     switches("context switches per run, voluntary (blocking), median, % versus none", &samples.voluntary);
     switches("context switches per run, involuntary (preemption), median, % versus none", &samples.involuntary);

@@ -1,5 +1,6 @@
-//! Thread pool create/teardown churn (Gleixner's Oct 2025 benchmark, `../shared/spec/workloads-and-peers.md` §6)
-//! with every CID policy of the workspace crate `mmcid-policies`: threads per second, and how many ownership-mode switches mmcid made.
+//! Thread pool create/teardown churn (the benchmark Thomas Gleixner posted with "[patch 00/19] sched: Rewrite MM CID
+//! management", LKML, 2025-10-15) with every CID policy of the workspace crate `mmcid-policies`: threads per second,
+//! and how many ownership-mode switches mmcid made.
 //!
 //! `P` pool threads each loop: start `T` short-lived threads back to back (timing each spawn); each new thread
 //! registers with the policy (≈ fork), enters (≈ first schedule-in), checks in with its pool (mutex + condvar

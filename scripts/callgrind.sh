@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per enter+exit pair, counted by callgrind (docs/benchmarks.md, issue 2).
+# Instructions per enter+exit pair, counted by callgrind (docs/benchmarks.md).
 #
 # Runs examples/enter_exit_loop.rs under `valgrind --tool=callgrind` at two iteration counts per mode and prints
 # a markdown table of Δinstructions / Δiterations, which cancels start-up, group set-up and teardown.

@@ -13,7 +13,10 @@ cd "$(dirname "$0")/../loom-tests"
 # is not would run, empty, in the workspace's normal `cargo test`.
 for f in tests/*.rs; do
     name=$(basename "$f" .rs)
-    grep -qxF "name = \"$name\"" Cargo.toml || { echo "loom: $f is not a [[test]] in loom-tests/Cargo.toml" >&2; exit 1; }
+    if ! grep -qxF "name = \"$name\"" Cargo.toml; then
+        echo "loom: $f is not a [[test]] in loom-tests/Cargo.toml" >&2
+        exit 1
+    fi
 done
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
 export RUSTFLAGS="--cfg loom -C debug-assertions"

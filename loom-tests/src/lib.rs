@@ -24,7 +24,7 @@ mod harness {
     ///
     /// Dropping a registration takes the group's lifecycle lock. When a mutant panics while that (loom) lock is
     /// held, the lock is poisoned and loom's `Mutex::lock` unwraps the poison, so a registration dropped during
-    /// the unwind would panic in a destructor during cleanup and abort the whole test binary (STYLE.md §2.6 (e)).
+    /// the unwind would panic in a destructor during cleanup and abort the whole test binary.
     /// Models therefore hold their registrations in `Reg`; normal drops are unchanged.
     pub struct Reg(ManuallyDrop<Registration>);
 
