@@ -196,7 +196,7 @@ fn config(args: &Args, fd_limit: u64) -> Result<Config, String> {
         Some("update") => false,
         Some(other) => return Err(format!("--guard: expected io or update, got {other:?}")),
     };
-    let policy = args.value("--policy").map(common::policy_index).transpose()?;
+    let policy = args.value("--policy").map(common::policy_index).transpose().map_err(|e| format!("--policy: {e}"))?;
     let policies = args.value("--policies").map(common::parse_policies).transpose()?;
     let groups_list = args.get("--groups-list", |list| {
         list.split(',')
@@ -1300,6 +1300,10 @@ mod tests {
         assert_eq!(parse(&["--repeats=3", "-g=2"]).unwrap_err(), r#"unknown argument "-g=2""#);
         assert_eq!(parse(&["--repeats=3", "--groups=2"]).unwrap().unwrap().repeats, 3);
         assert!(parse(&["-g", "2", "--help"]).unwrap().is_none());
+        let e = parse(&["--policy", "nope"]).unwrap_err();
+        assert!(e.starts_with(r#"--policy: unknown policy "nope""#), "{e}");
+        let e = parse(&["--policies", "none,nope,mmcid"]).unwrap_err();
+        assert!(e.starts_with(r#"--policies: unknown policy "nope""#), "{e}");
         assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
     }
 

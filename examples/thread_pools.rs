@@ -154,7 +154,7 @@ fn config(args: &Args) -> Result<Config, String> {
             .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
             .ok_or_else(|| "expected a number of seconds in (0, 86400]".to_string())
     })?;
-    let policy = args.value("--policy").map(common::policy_index).transpose()?;
+    let policy = args.value("--policy").map(common::policy_index).transpose().map_err(|e| format!("--policy: {e}"))?;
     let policies = args.value("--policies").map(common::parse_policies).transpose()?;
     let compare = args.has("--compare");
     let json = args.value("--json").map(str::to_string);

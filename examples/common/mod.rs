@@ -108,7 +108,7 @@ pub fn policy_index(name: &str) -> Result<usize, String> {
 pub fn parse_policies(list: &str) -> Result<Vec<usize>, String> {
     let mut picked = [false; POLICIES.len()];
     for name in list.split(',').map(str::trim) {
-        let p = policy_index(name)?;
+        let p = policy_index(name).map_err(|e| format!("--policies: {e}"))?;
         if std::mem::replace(&mut picked[p], true) {
             return Err(format!("--policies: {name} named twice"));
         }
