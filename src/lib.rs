@@ -57,6 +57,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod bitmap;
 mod counter;
 mod cpuset;
@@ -65,7 +68,6 @@ mod group;
 #[cfg(not(loom))]
 mod local;
 mod percid;
-pub mod policy;
 mod registration;
 #[cfg(not(loom))]
 mod runtime;

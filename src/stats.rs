@@ -38,7 +38,8 @@ const EVENTS: usize = Ev::FixupTake as usize + 1;
 /// A snapshot of a group's counters, from [`Group::stats`](crate::Group::stats).
 ///
 /// Counts are totals since the group was built. `cids_in_use` is a racy count of set bits unless the group is
-/// quiescent.
+/// quiescent. `Display` prints the counts that matter on one line (enters per ownership mode, temporaries, mode
+/// switches, CIDs in use); `Debug` prints every field.
 ///
 /// ```
 /// let group = mmcid::Group::new();
@@ -48,6 +49,11 @@ const EVENTS: usize = Ev::FixupTake as usize + 1;
 /// let stats = group.stats();
 /// assert_eq!(stats.enter_task_fast, 2);
 /// assert_eq!(stats.cids_in_use, 1);
+/// assert_eq!(
+///     stats.to_string(),
+///     "enters: task 2, cpu 0, temporary 0 (slow 0, converged 0); counter sequences 0; \
+///      switches: to per-CPU 0, to per-task 0; CIDs in use 1"
+/// );
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -107,6 +113,28 @@ pub struct Stats {
     pub fixup_takes: u64,
     /// CIDs marked in use now.
     pub cids_in_use: u64,
+}
+
+/// One line: `enters: task T, cpu C, temporary M (slow S, converged V); counter sequences Q; switches: to per-CPU
+/// A, to per-task B; CIDs in use N`, where `task` and `cpu` count both the fast and the slow path of their mode and
+/// `slow` counts the slow paths of both.
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "enters: task {}, cpu {}, temporary {} (slow {}, converged {}); counter sequences {}; switches: to \
+             per-CPU {}, to per-task {}; CIDs in use {}",
+            self.enter_task_fast.saturating_add(self.enter_task_slow),
+            self.enter_cpu_fast.saturating_add(self.enter_cpu_slow),
+            self.enter_temporary,
+            self.enter_task_slow.saturating_add(self.enter_cpu_slow),
+            self.enter_converge,
+            self.counter_sequences,
+            self.switches_to_per_cpu,
+            self.switches_to_per_task,
+            self.cids_in_use
+        )
+    }
 }
 
 #[cfg(not(loom))]
@@ -273,6 +301,33 @@ mod tests {
             assert_eq!(got, want, "field {i} of {s:?}");
         }
         assert_eq!(s.cids_in_use, 7);
+    }
+
+    /// `Display` sums each mode's fast and slow paths and shows every count it names from its own field: distinct
+    /// values everywhere, so a field shown twice or in the wrong place fails.
+    #[test]
+    fn display_is_one_line_of_the_counts_that_matter() {
+        let s = Stats {
+            enter_task_fast: 10,
+            enter_task_slow: 1,
+            enter_cpu_fast: 20,
+            enter_cpu_slow: 2,
+            enter_temporary: 3,
+            enter_converge: 4,
+            counter_sequences: 5,
+            switches_to_per_cpu: 6,
+            switches_to_per_task: 7,
+            cids_in_use: 8,
+            ..Stats::default()
+        };
+        assert_eq!(
+            s.to_string(),
+            "enters: task 11, cpu 22, temporary 3 (slow 3, converged 4); counter sequences 5; switches: to per-CPU \
+             6, to per-task 7; CIDs in use 8"
+        );
+        let max = Stats { enter_task_fast: u64::MAX, enter_task_slow: 1, ..Stats::default() };
+        assert!(max.to_string().starts_with(&format!("enters: task {}, ", u64::MAX)), "{max}");
+        assert!(!s.to_string().contains('\n'));
     }
 
     /// `absorb` folds a leaving registration's counts into the group's, adding, not replacing.

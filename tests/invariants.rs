@@ -617,7 +617,7 @@ fn i2_i4_several_survivors_converge_concurrently() {
     }
 }
 
-/// Dossier §9.4, "virtual, not physical": CIDs are numbered from 0 whatever the allowed cores' numbers. A group
+/// CIDs are virtual, not physical (as the kernel's): numbered from 0 whatever the allowed cores' numbers. A group
 /// allowed only cores 4..8 of 8 hands out CIDs 0.. in per-task mode and its cores own CIDs below `max_cids` (never
 /// a CPU number) in per-CPU mode; a real group on CPU 1 alone hands out CID 0.
 #[test]

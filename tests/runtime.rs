@@ -520,7 +520,7 @@ fn current_agrees_with_the_guard() {
     .unwrap();
 }
 
-/// Guards dropped out of order (review, session 3): the view never shows a CID the thread no longer holds; after
+/// Guards dropped out of order (found in review): the view never shows a CID the thread no longer holds; after
 /// an out-of-order drop it shows only guards entered since, while each is the innermost, until the last drops.
 #[test]
 fn current_after_out_of_order_drops() {
@@ -684,7 +684,7 @@ fn a_runtime_dropped_by_its_own_thread_joins_the_others() {
     assert_eq!(group.users(), 0);
 }
 
-/// A runtime thread joining another while the runtime is dropped (review, session 3): the drop joined the
+/// A runtime thread joining another while the runtime is dropped (found in review): the drop joined the
 /// threads one after another and used to fill each result only after joining it, so B, joining C, waited for a
 /// result that only the blocked drop would fill. B joins C after the drop has started (the main thread's word, then
 /// a pause); whether the drop had already taken C out of the registry is then checked, not assumed: C's exit
@@ -739,8 +739,8 @@ fn drop_while_a_runtime_thread_joins_another() {
     panic!("in {ATTEMPTS} attempts B's join never ran while the drop held C");
 }
 
-/// A runtime thread joining its own handle gets a typed error instead of a hang or std's panic (review, session
-/// 3), and the runtime still joins it when dropped.
+/// A runtime thread joining its own handle gets a typed error instead of a hang or std's panic (found in review),
+/// and the runtime still joins it when dropped.
 #[test]
 fn joining_oneself_is_a_typed_error() {
     let (done_tx, done_rx) = mpsc::channel();

@@ -1,5 +1,5 @@
 //! Sharded data: `PerCid<T>` and `ShardedCounter` under churn, shard lifetime, foreign guards, growth and
-//! memory (issue 5). Every test can fail: conservation and list tests count exactly, lifetime tests count drops,
+//! memory. Every test can fail: conservation and list tests count exactly, lifetime tests count drops,
 //! growth compares addresses, the memory test compares shards with `max_cids`.
 
 mod common;
@@ -356,8 +356,8 @@ fn drop_drops_every_allocated_shard_exactly_once() {
     assert_eq!(drops.load(Relaxed), shards);
 }
 
-/// A shard whose drop panics for one chosen shard: the other shards are still dropped (review, session 3: the
-/// panic used to leak every later shard and the segments).
+/// A shard whose drop panics for one chosen shard: the other shards are still dropped (found in review:
+/// the panic used to leak every later shard and the segments).
 struct PanicsOnDrop {
     id: usize,
     panic_id: usize,

@@ -1,4 +1,4 @@
-//! Helpers shared by `benches/enter_exit.rs` and `benches/sharded_counter.rs` (STYLE.md §3):
+//! Helpers shared by `benches/enter_exit.rs` and `benches/sharded_counter.rs`:
 //!
 //! * [`Pool`]: a persistent worker pool timed with two barriers (criterion's `iter_custom`), so thread spawn cost
 //!   never lands in a sample of a nanosecond-scale operation;
@@ -36,7 +36,7 @@ struct Shared {
 
 /// `threads` persistent workers. Each builds its own state on its own thread (`make(index)`: registrations,
 /// thread-local slots, pinning), then per sample runs `iters` operations between a start and a done barrier while
-/// the main thread times the span (STYLE.md §3, the sharded-slab pattern without per-sample spawns).
+/// the main thread times the span (the sharded-slab crate's pattern, without per-sample spawns).
 pub struct Pool {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<()>>,

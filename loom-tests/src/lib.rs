@@ -4,6 +4,11 @@
 //! environment in charge), `Cids` (the independent exclusivity / hand-over checker) and `quiescent` /
 //! `all_free` (the accounting checks at the end of each model), bundled as `finish`.
 
+// The models need both the `loom` feature and `--cfg loom`: with the feature alone they would build as empty
+// binaries and pass without checking anything.
+#[cfg(all(feature = "loom", not(loom)))]
+compile_error!("the loom models also need RUSTFLAGS=\"--cfg loom\": run them with `bash scripts/loom.sh`");
+
 #[cfg(loom)]
 pub use harness::*;
 
@@ -19,7 +24,7 @@ mod harness {
     ///
     /// Dropping a registration takes the group's lifecycle lock. When a mutant panics while that (loom) lock is
     /// held, the lock is poisoned and loom's `Mutex::lock` unwraps the poison, so a registration dropped during
-    /// the unwind would panic in a destructor during cleanup and abort the whole test binary (STYLE.md §2.6 (e)).
+    /// the unwind would panic in a destructor during cleanup and abort the whole test binary.
     /// Models therefore hold their registrations in `Reg`; normal drops are unchanged.
     pub struct Reg(ManuallyDrop<Registration>);
 

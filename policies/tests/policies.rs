@@ -1,11 +1,13 @@
-//! I1 (exclusivity) for every historical policy of `mmcid::policy`, checked by an independent occupancy checker:
+//! I1 (exclusivity) for every historical policy of this crate, checked by an independent occupancy checker:
 //! one `AtomicUsize` per CID whose `fetch_add` at enter must return 0, under churn (threads yielding inside
 //! guards, more threads than cores, threads made and dropped in rounds).
 
+/// mmcid's own test helpers (the gate that holds threads together).
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
-use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{CidKind, Error, Group, Mode};
+use mmcid_policies::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
@@ -341,7 +343,7 @@ fn names() {
     assert_eq!(MutexCids::new().name(), "mutex");
     assert_eq!(BitmapCids::new(1).unwrap().name(), "bitmap");
     // Sizes the policies cannot hold: a typed error, not an aborted allocation or CIDs beyond the slot mask.
-    let max = mmcid::policy::MAX_CAPACITY;
+    let max = mmcid_policies::MAX_CAPACITY;
     for capacity in [0, max + 1, usize::MAX] {
         let want = Error::ValueOutOfRange { what: "capacity", value: capacity, min: 1, max };
         assert_eq!(BitmapCids::new(capacity).unwrap_err(), want);
