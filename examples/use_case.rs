@@ -25,6 +25,8 @@ mod common;
 #[path = "common/peers.rs"]
 mod peers;
 
+use common::cli::{self, Args, Flag};
+use common::{errln, out, outln};
 use crossbeam_utils::CachePadded;
 use mmcid::{Group, PerCid, Registration, ShardedCounter};
 use peers::{getcpu, possible_cpus, thread_cpu_ns, Padded, Rseq};
@@ -475,7 +477,7 @@ fn run_cell<A: Approach>(
                 .spawn(move || {
                     if let Some(c) = cpu {
                         if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
-                            eprintln!("note: could not pin a worker to CPU {c}");
+                            errln!("note: could not pin a worker to CPU {c}");
                         }
                     }
                     let mut local = a.local();
@@ -511,7 +513,7 @@ fn run_cell<A: Approach>(
     let mut a = Arc::try_unwrap(a).map_err(|_| "a worker kept the approach alive".to_string())?;
     let (total, shards) = a.totals();
     if let (true, Some(st)) = (stats, a.stats()) {
-        eprintln!(
+        errln!(
             "  stats {} {}: task fast {} slow {}, cpu fast {} slow {} extra {}, temporary {}, sequences {}, converge {}, \
              steals {}, switches {}/{}, cids in use {}",
             std::any::type_name::<A>().rsplit("::").next().unwrap_or("?"),
@@ -678,70 +680,61 @@ struct Opts {
     json: Option<common::JsonFile>,
 }
 
-fn usage() -> String {
-    "usage: use_case [--compare] [--workloads counter,record,private] [--threads LIST] [--ms N] [--repeats N]\n\
-     \x20               [--private-rounds N] [--stats] [--json FILE]\n\
-     \n\
-     Runs every approach of each workload in the same run (--compare is accepted for symmetry with the other\n\
-     benchmarks: comparing is all this example does). --threads takes a comma-separated list of thread counts,\n\
-     each optionally followed by 'p' for pinned (round-robin over the allowed CPUs), e.g.\n\
-     '1p,2p,1,2,8,32'; the default is 1 and cores pinned, 1, cores, 4 x cores and 16 x cores unpinned.\n\
-     --ms: each cell's run time (default 200); --repeats: interleaved repeats, the median is reported (default 3);\n\
-     --private-rounds: the private work per update of the 'private' workload (default 40);\n\
-     --stats: print each mmcid cell's path counters (stderr); --per-cpu: keep the mmcid groups in per-CPU mode\n\
-     at every thread count (idle registrations), a diagnostic of the per-CPU paths; --no-rseq: mmcid groups\n\
-     borrow with a CAS instead of a restartable sequence (a diagnostic); --only SUBSTRING: run only the\n\
-     approaches whose name contains it."
-        .into()
-}
+const USAGE: &str = "\
+per-CPU data as users write it: mmcid against thread_local and kernel-rseq peers, in the same run
 
-fn parse(cpus: usize) -> Result<Option<Opts>, String> {
-    let mut o = Opts {
-        workloads: vec![Workload::Counter, Workload::Record, Workload::Private],
-        configs: Vec::new(),
-        ms: 200,
-        repeats: 3,
-        rounds: 40,
-        only: None,
-        stats: false,
-        json: None,
+usage: use_case [options]
+
+      --compare             accepted for symmetry with the other benchmarks (comparing is all this does)
+      --workloads LIST      comma-separated: counter, record, private (default: all three)
+  -t, --threads LIST        comma-separated thread counts, each optionally followed by 'p' for pinned
+                            (round-robin over the allowed CPUs), e.g. 1p,2p,1,2,8,32; default: 1 and cores
+                            pinned, then 1, cores, 4 x cores and 16 x cores unpinned
+      --ms N                each cell's run time in milliseconds (default 200)
+  -r, --repeats N           interleaved repeats; the median is reported (default 3)
+      --private-rounds N    the private work per update of the 'private' workload (default 40)
+      --json FILE           also write every cell as JSON
+      --stats               print each mmcid cell's path counters (stderr)
+      --per-cpu             diagnostic: keep the mmcid groups in per-CPU mode at every thread count
+      --no-rseq             diagnostic: mmcid groups borrow with a CAS instead of a restartable sequence
+      --only SUBSTRING      run only the approaches whose name contains SUBSTRING
+  -h, --help                this text
+
+Workloads: (a) counter: a counter add; (b) record: an update of a 56-byte statistics record in a tight loop;
+(c) private: the same with private work outside the guard. Prints one table per workload: CPU ns per update
+(median of the repeats) and the shards or slots used, then each mmcid line's ratio to the best counter peer (a)
+or to thread_local (b, c). Every total is checked; exits 1 if one is wrong.
+";
+
+/// Every flag of the command line.
+const FLAGS: &[Flag] = &[
+    Flag::switch("--compare", None),
+    Flag::value("--workloads", None),
+    Flag::value("--threads", Some("-t")),
+    Flag::value("--ms", None),
+    Flag::value("--repeats", Some("-r")),
+    Flag::value("--private-rounds", None),
+    Flag::value("--json", None),
+    Flag::switch("--stats", None),
+    Flag::switch("--per-cpu", None),
+    Flag::switch("--no-rseq", None),
+    Flag::value("--only", None),
+];
+
+fn config(args: &Args, cpus: usize) -> Result<Opts, String> {
+    let workloads = match args.value("--workloads") {
+        None => vec![Workload::Counter, Workload::Record, Workload::Private],
+        Some(list) => list
+            .split(',')
+            .map(|s| match s {
+                "counter" => Ok(Workload::Counter),
+                "record" => Ok(Workload::Record),
+                "private" => Ok(Workload::Private),
+                _ => Err(format!("{}: unknown workload {s:?} (counter, record, private)", args.spelled("--workloads"))),
+            })
+            .collect::<Result<_, _>>()?,
     };
-    let mut threads: Option<String> = None;
-    let mut it = common::args()?.into_iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--compare" => {}
-            "--stats" => o.stats = true,
-            "--per-cpu" => FORCE_PER_CPU.store(true, Relaxed),
-            "--no-rseq" => NO_RSEQ.store(true, Relaxed),
-            "--only" => o.only = Some(common::value(&flag, it.next())?),
-            "--workloads" => {
-                o.workloads = common::value(&flag, it.next())?
-                    .split(',')
-                    .map(|s| match s {
-                        "counter" => Ok(Workload::Counter),
-                        "record" => Ok(Workload::Record),
-                        "private" => Ok(Workload::Private),
-                        _ => Err(format!("--workloads: unknown workload {s:?} (counter, record, private)")),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--threads" => threads = Some(common::value(&flag, it.next())?),
-            "--ms" => o.ms = common::positive(&flag, it.next())? as u64,
-            "--repeats" => o.repeats = common::positive(&flag, it.next())?,
-            "--private-rounds" => {
-                o.rounds = u32::try_from(common::positive(&flag, it.next())?)
-                    .map_err(|_| "--private-rounds: too large".to_string())?
-            }
-            "--json" => o.json = Some(common::JsonFile::create(&common::value(&flag, it.next())?)?),
-            "-h" | "--help" => {
-                println!("{}", usage());
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    o.configs = match threads {
+    let configs = match args.value("--threads") {
         None => {
             let mut v = vec![Config { threads: 1, pinned: true }];
             if cpus > 1 {
@@ -760,12 +753,29 @@ fn parse(cpus: usize) -> Result<Option<Opts>, String> {
                 let (n, pinned) = s.strip_suffix('p').map_or((s, false), |n| (n, true));
                 match n.parse::<usize>() {
                     Ok(t) if (1..=common::MAX_THREADS).contains(&t) => Ok(Config { threads: t, pinned }),
-                    _ => Err(format!("--threads: {s:?} is not a thread count from 1 to {}", common::MAX_THREADS)),
+                    _ => Err(format!(
+                        "{}: {s:?} is not a thread count from 1 to {}",
+                        args.spelled("--threads"),
+                        common::MAX_THREADS
+                    )),
                 }
             })
             .collect::<Result<_, _>>()?,
     };
-    Ok(Some(o))
+    let rounds = args.positive("--private-rounds")?.unwrap_or(40);
+    let rounds = u32::try_from(rounds).map_err(|_| format!("{}: too large", args.spelled("--private-rounds")))?;
+    FORCE_PER_CPU.store(args.has("--per-cpu"), Relaxed);
+    NO_RSEQ.store(args.has("--no-rseq"), Relaxed);
+    Ok(Opts {
+        workloads,
+        configs,
+        ms: args.positive_u64("--ms")?.unwrap_or(200),
+        repeats: args.positive("--repeats")?.unwrap_or(3),
+        rounds,
+        only: args.value("--only").map(str::to_string),
+        stats: args.has("--stats"),
+        json: args.value("--json").map(common::JsonFile::create).transpose()?,
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -782,24 +792,17 @@ fn main() -> ExitCode {
     let cpus: Vec<usize> = match mmcid::CpuSet::current() {
         Ok(set) => set.iter().collect(),
         Err(e) => {
-            eprintln!("use_case: cannot read this thread's CPUs: {e}");
+            errln!("use_case: cannot read this thread's CPUs: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let opts = match parse(cpus.len()) {
-        Ok(Some(o)) => o,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("use_case: {e}\n{}", usage());
-            return ExitCode::from(2);
-        }
-    };
+    let opts = cli::parse_or_exit("use_case", USAGE, FLAGS, |args| config(args, cpus.len()));
     let rseq = Rseq::probe();
     if let Err(why) = &rseq {
-        println!("note: the kernel-rseq peers are skipped: {why}");
+        outln!("note: the kernel-rseq peers are skipped: {why}");
     }
     let group = Group::new();
-    println!(
+    outln!(
         "use_case: {} allowed CPUs, {} possible; mmcid groups {} restartable sequences, {} membarrier; {} ms per cell, \
          median of {} repeats; CPU ns per update (shards or slots used)",
         cpus.len(),
@@ -836,7 +839,7 @@ fn main() -> ExitCode {
                         Ok(cell) => results[li][ci].push(cell),
                         Err(e) => {
                             progress.interrupt();
-                            eprintln!("use_case: {} {} {}: {e}", w.name(), lines[li].name, cfg.label());
+                            errln!("use_case: {} {} {}: {e}", w.name(), lines[li].name, cfg.label());
                             failed = true;
                         }
                     }
@@ -857,12 +860,12 @@ fn main() -> ExitCode {
             json.join(",")
         );
         if let Err(e) = file.write(&body) {
-            eprintln!("use_case: {e}");
+            errln!("use_case: {e}");
             return ExitCode::FAILURE;
         }
     }
     if failed {
-        eprintln!("use_case: some cells failed their checks (above)");
+        errln!("use_case: some cells failed their checks (above)");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
@@ -870,24 +873,24 @@ fn main() -> ExitCode {
 
 /// Prints one workload's table and appends its JSON rows.
 fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Cell>>], json: &mut Vec<String>) {
-    println!("\n{}", w.title());
+    outln!("\n{}", w.title());
     let width = lines.iter().map(|l| l.name.len()).max().unwrap_or(10);
-    print!("  {:width$}", "");
+    out!("  {:width$}", "");
     for c in configs {
-        print!(" {:>14}", c.label());
+        out!(" {:>14}", c.label());
     }
-    println!();
+    outln!();
     let cell = |li: usize, ci: usize| -> Option<(f64, usize)> {
         let cells = &results[li][ci];
         (!cells.is_empty())
             .then(|| (median(cells.iter().map(|c| c.ns).collect()), cells.iter().map(|c| c.shards).max().unwrap_or(0)))
     };
     for (li, l) in lines.iter().enumerate() {
-        print!("  {:width$}", l.name);
+        out!("  {:width$}", l.name);
         for ci in 0..configs.len() {
             match cell(li, ci) {
-                Some((ns, shards)) => print!(" {:>14}", format!("{ns:.2} ({shards})")),
-                None => print!(" {:>14}", "failed"),
+                Some((ns, shards)) => out!(" {:>14}", format!("{ns:.2} ({shards})")),
+                None => out!(" {:>14}", "failed"),
             }
             if let Some((ns, shards)) = cell(li, ci) {
                 let runs: Vec<f64> = results[li][ci].iter().map(|c| c.ns).collect();
@@ -905,11 +908,11 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
                 ));
             }
         }
-        println!();
+        outln!();
     }
     // Ratios the goals are judged by: each mmcid line against the best peer (counter) or thread_local (records).
     for (li, l) in lines.iter().enumerate().filter(|(_, l)| l.ours) {
-        print!(
+        out!(
             "  {:width$}",
             format!("{} vs {}", short(l.name), if w == Workload::Counter { "best peer" } else { "thread_local" })
         );
@@ -922,11 +925,11 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
                 .filter_map(|(pi, _)| cell(pi, ci).map(|c| c.0))
                 .fold(f64::INFINITY, f64::min);
             match cell(li, ci) {
-                Some((ns, _)) if base.is_finite() => print!(" {:>14}", format!("{:.2}x", ns / base)),
-                _ => print!(" {:>14}", "-"),
+                Some((ns, _)) if base.is_finite() => out!(" {:>14}", format!("{:.2}x", ns / base)),
+                _ => out!(" {:>14}", "-"),
             }
         }
-        println!();
+        outln!();
     }
     let _ = width;
 }
@@ -934,4 +937,44 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
 /// A short label for a ratio row.
 fn short(name: &str) -> &str {
     name.strip_prefix("mmcid ").unwrap_or(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(words: &[&str]) -> Result<Option<Opts>, String> {
+        match cli::parse(FLAGS, words.iter().map(|w| w.to_string()))? {
+            cli::Parsed::Help => Ok(None),
+            cli::Parsed::Run(args) => config(&args, 2).map(Some),
+        }
+    }
+
+    /// Defaults (2 allowed CPUs), thread lists with pinned entries, and errors naming the argument; the usage lists
+    /// every flag.
+    #[test]
+    fn command_line() {
+        let o = parse(&[]).unwrap().unwrap();
+        let labels: Vec<_> = o.configs.iter().map(|c| c.label()).collect();
+        assert_eq!(labels, ["T=1 pin", "T=2 pin", "T=1", "T=2", "T=8", "T=32"]);
+        assert_eq!((o.ms, o.repeats, o.rounds, o.workloads.len()), (200, 3, 40, 3));
+        let o = parse(&["-t", "4p,3", "--workloads=record", "--ms", "10"]).unwrap().unwrap();
+        let labels: Vec<_> = o.configs.iter().map(|c| c.label()).collect();
+        assert_eq!(
+            (labels, o.workloads, o.ms),
+            (vec!["T=4 pin".to_string(), "T=3".into()], vec![Workload::Record], 10)
+        );
+        assert!(parse(&["--help"]).unwrap().is_none());
+        for (words, want) in [
+            (&["--threads", "0"][..], r#"--threads: "0" is not a thread count"#),
+            (&["-t", "2x"], r#"-t: "2x" is not a thread count"#),
+            (&["--workloads", "count"], r#"--workloads: unknown workload "count""#),
+            (&["--ms", "0"], r#"--ms: expected a positive integer, got "0""#),
+            (&["8"], r#"unexpected argument "8""#),
+        ] {
+            let e = parse(words).map(|_| ()).unwrap_err();
+            assert!(e.starts_with(want), "{words:?}: {e}");
+        }
+        assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
+    }
 }
