@@ -107,9 +107,8 @@ impl ShardedCounter {
     fn update(&self, n: u64) {
         let shards = &self.shards;
         let in_sequence = |reg: &crate::Registration| reg.add_in_sequence(|c| shards.installed(c), n);
-        // Per-task mode (or no rseq) costs this one test before the in-place enter. (The sequence inline: out of
-        // line, T = 1 / 2 took 2.67 / 2.82 ns instead of 2.94 / 2.87 and T = 8 4.80 instead of 4.02.)
-        if self.group.inner.sequences_apply()
+        // Groups without rseq cost this one test before the in-place enter.
+        if self.group.inner.hot.rseq
             // SAFETY: `in_sequence` only runs the sequence and looks up an installed shard: it never reaches the
             // thread-local layer.
             && unsafe { crate::local::peek_parked(&self.group, in_sequence) } == Some(true)

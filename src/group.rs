@@ -841,6 +841,22 @@ impl Inner {
         true
     }
 
+    /// Loom's per-task whole-update sequence (design.md §9.3) on core `cpu` (the registration's modelled CPU): `f`
+    /// runs where the commit store would, only if the mode is `PER_TASK` and `word` still holds `w`.
+    #[cfg(loom)]
+    pub(crate) fn rseq_run_if_owned(&self, cpu: usize, word: &AtomicU32, w: u32, f: impl FnOnce()) -> bool {
+        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
+        // Acquire, both: what the real sequence's x86 loads are (acquire by TSO).
+        let mode_ok =
+            self.mutant(MUTANT_OWNED_SEQUENCE_IGNORES_MODE) || self.hot.mode.load(Ordering::Acquire) == PER_TASK;
+        let word_ok = self.mutant(MUTANT_OWNED_SEQUENCE_IGNORES_WORD) || word.load(Ordering::Acquire) == w;
+        if !(mode_ok && word_ok) {
+            return false;
+        }
+        f();
+        true
+    }
+
     /// Takes idle word `s` (`ONCPU | c`) of slot `at`, leaving it EMPTY: on success `c` is the caller's.
     /// For every `idle → EMPTY` write outside a fixup walk. A CAS; in rseq groups a claim (design.md §4.1.1):
     /// `s → s | CLAIM`, the RSEQ membarrier, `s | CLAIM → EMPTY`, under the claim lock. Nobody waits for that
@@ -1195,6 +1211,7 @@ macro_rules! mutant_ids {
         #[cfg(loom)]
         pub(crate) const $name: MutantId = Mutant::$variant;
         #[cfg(not(loom))]
+        #[allow(dead_code)] // some knobs sit only in loom's models of the sequences
         pub(crate) const $name: MutantId = $n;
     )*};
 }
@@ -1220,6 +1237,8 @@ mutant_ids! {
     MUTANT_NO_DRAIN_BARRIER = NoDrainBarrier = 19;
     MUTANT_RELAXED_VISITED_BIT = RelaxedVisitedBit = 20;
     MUTANT_CONVERGE_TAKES_FIRST = ConvergeTakesFirst = 21;
+    MUTANT_OWNED_SEQUENCE_IGNORES_MODE = OwnedSequenceIgnoresMode = 22;
+    MUTANT_OWNED_SEQUENCE_IGNORES_WORD = OwnedSequenceIgnoresWord = 23;
 }
 
 #[cfg(all(test, not(loom)))]

@@ -705,9 +705,10 @@ impl Registration {
         })
     }
 
-    /// `ShardedCounter`'s per-CPU update as one restartable sequence (design.md §9.2): adds `n` to the shard of
-    /// the core's idle CID (`shard` finds it, if installed) only while nobody borrows that CID, all in one
-    /// sequence: no borrow is left for a preemption to strand. False (nothing done) wherever a guard is needed.
+    /// `ShardedCounter`'s whole update as one restartable sequence, in an rseq group: in per-task mode on the CID
+    /// this registration owns (design.md §9.3), in per-CPU mode on its core's idle CID (§9.2), adding `n` to that
+    /// CID's shard (`shard` finds it, if installed) only while the CID is ours or nobody borrows it: no guard, no
+    /// `running` flag, nothing held that a preemption could strand. False (nothing done) wherever a guard is needed.
     #[cfg(not(loom))]
     #[inline(always)]
     pub(crate) fn add_in_sequence<'s>(
@@ -715,25 +716,50 @@ impl Registration {
         shard: impl FnOnce(usize) -> Option<&'s std::sync::atomic::AtomicU64>,
         n: u64,
     ) -> bool {
-        let Some((at, s, c)) = self.sequence_target() else { return false };
-        let Some(cell) = shard(c as usize) else { return false };
         let g = &*self.group.inner;
-        if !sys::rseq::add_if(g.hot.rseq_area, core_of(at) as u32, &g.hot.mode, g.slot(at), s, cell, n) {
-            return false;
+        let done = match self.owned_sequence_target() {
+            Some(w) => shard(w as usize)
+                .is_some_and(|cell| sys::rseq::add_if_owned(g.hot.rseq_area, &g.hot.mode, &self.rec.cid, w, cell, n)),
+            None => self.sequence_target().is_some_and(|(at, s, c)| {
+                shard(c as usize).is_some_and(|cell| {
+                    sys::rseq::add_if(g.hot.rseq_area, core_of(at) as u32, &g.hot.mode, g.slot(at), s, cell, n)
+                })
+            }),
+        };
+        if done {
+            self.rec.counters.bump(Ev::Sequence);
         }
-        self.rec.counters.bump(Ev::Sequence);
-        true
+        done
     }
 
-    /// Loom only: `add_in_sequence` with the update `f(cid)` run inside the modelled sequence (loom model 11).
+    /// Where a whole update may run as one restartable sequence in per-task mode (design.md §9.3): the CID this
+    /// registration owns, in an rseq group in per-task mode and below `max_cids` (else the guard path converges
+    /// it, I4). The sequence compares the mode and the word again.
+    #[inline(always)]
+    fn owned_sequence_target(&self) -> Option<u32> {
+        let g = &*self.group.inner;
+        // Relaxed, both: hints the sequence compares again (the word is our own: only fixups change it, to UNSET).
+        if !g.hot.rseq || g.hot.mode.load(Relaxed) != PER_TASK {
+            return None;
+        }
+        let w = self.rec.cid.load(Relaxed);
+        ((w as usize) < g.max_cids()).then_some(w)
+    }
+
+    /// Loom only: `add_in_sequence` with the update `f(cid)` run inside the modelled sequence (loom models 11, 14).
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn update_in_sequence(&self, f: impl FnOnce(usize)) -> bool {
+        let g = &*self.group.inner;
+        if let Some(w) = self.owned_sequence_target() {
+            return g.rseq_run_if_owned(self.cpu.unwrap_or(0), &self.rec.cid, w, || f(w as usize));
+        }
         let Some((at, s, c)) = self.sequence_target() else { return false };
-        self.group.inner.rseq_run_if(at, s, || f(c as usize))
+        g.rseq_run_if(at, s, || f(c as usize))
     }
 
     /// Exit (design.md §4.2). The per-task and per-CPU paths are inlined; temporaries are out of line.
+    #[cfg_attr(loom, allow(dead_code))] // the in-place enters of the thread-local layer, not compiled under loom
     #[inline(always)]
     pub(crate) fn exit_raw(&mut self, entered: Entered) {
         match entered.held() {

@@ -135,6 +135,12 @@ pub enum Mutant {
     /// Per-task convergence takes the in-range CID before it gives the out-of-range one up (the order before
     /// session 10), so a converger between its two steps holds two (design.md §2.4).
     ConvergeTakesFirst,
+    /// rseq groups: the per-task whole-update sequence (`ShardedCounter`, design.md §9.3) does not check the mode, so
+    /// one that starts after a task → CPU switch's F2 still adds while the walk takes the CID.
+    OwnedSequenceIgnoresMode,
+    /// rseq groups: the per-task whole-update sequence does not compare the registration's word, so one that read the
+    /// word before a switch took it (and the mode came back to per-task) adds to a CID another registration owns.
+    OwnedSequenceIgnoresWord,
 }
 
 #[cfg(all(test, not(loom)))]

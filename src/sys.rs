@@ -223,6 +223,78 @@ mod imp {
             }
         }
 
+        /// `*cell += n` (wrapping) if and only if, in one restartable sequence, `*mode == PER_TASK` and
+        /// `*word == expect`: `ShardedCounter`'s per-task update (design.md §9.3), on the CID `expect` that the
+        /// calling thread's registration owns in its `word`. No CPU check: the kernel aborts the sequence on any
+        /// preemption, migration or signal before the commit, wherever the thread runs.
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        pub(crate) fn add_if_owned(
+            area: isize,
+            mode: &AtomicU32,
+            word: &AtomicU32,
+            expect: u32,
+            cell: &AtomicU64,
+            n: u64,
+        ) -> bool {
+            let ok: u32;
+            // SAFETY: as in `store_if` (the area, the descriptor, the abort signature, no stack); `mode` and `word`
+            // are live atomics of the caller's group and registration, only loaded; `cell` is a live aligned 8-byte
+            // atomic, loaded and then stored with plain x86 moves (each atomic), and that store is the only one
+            // between 4 and 5 and commits the sequence. Both exits disarm `rseq_cs`.
+            unsafe {
+                std::arch::asm!(
+                    ".pushsection __rseq_cs, \"aw\"",
+                    ".balign 32",
+                    "3:",
+                    ".long 0, 0",
+                    ".quad 4f, (5f - 4f), 6f",
+                    ".popsection",
+                    "lea {tmp}, [rip + 3b]",
+                    "mov qword ptr fs:[{area} + 8], {tmp}",
+                    "4:",
+                    "cmp dword ptr [{mode}], {per_task}",
+                    "jne 7f",
+                    "cmp dword ptr [{word}], {expect:e}",
+                    "jne 7f",
+                    "mov {tmp}, qword ptr [{cell}]",
+                    "add {tmp}, {n}",
+                    "mov qword ptr [{cell}], {tmp}",
+                    "5:",
+                    "mov {ok:e}, 1",
+                    "jmp 8f",
+                    ".pushsection __rseq_failure, \"ax\"",
+                    ".byte 0x0f, 0xb9, 0x3d",
+                    ".long 0x53053053",
+                    "6:",
+                    "jmp 7f",
+                    ".popsection",
+                    "7:",
+                    "xor {ok:e}, {ok:e}",
+                    "8:",
+                    "mov qword ptr fs:[{area} + 8], 0",
+                    area = in(reg) area,
+                    mode = in(reg) mode.as_ptr(),
+                    per_task = const crate::state::PER_TASK,
+                    word = in(reg) word.as_ptr(),
+                    expect = in(reg) expect,
+                    cell = in(reg) cell.as_ptr(),
+                    n = in(reg) n,
+                    tmp = out(reg) _,
+                    ok = out(reg) ok,
+                    options(nostack),
+                );
+            }
+            ok != 0
+        }
+
+        /// Not reached: `critical_sections()` is false on this target.
+        #[cfg(not(target_arch = "x86_64"))]
+        #[inline(always)]
+        pub(crate) fn add_if_owned(_: isize, _: &AtomicU32, _: &AtomicU32, _: u32, _: &AtomicU64, _: u64) -> bool {
+            false
+        }
+
         /// Not reached: `critical_sections()` is false on this target.
         #[cfg(not(target_arch = "x86_64"))]
         #[inline(always)]
@@ -310,6 +382,17 @@ mod imp {
             _slot: &std::sync::atomic::AtomicU32,
             _expect: u32,
             _new: u32,
+        ) -> bool {
+            false
+        }
+        #[inline(always)]
+        pub(crate) fn add_if_owned(
+            _: isize,
+            _: &std::sync::atomic::AtomicU32,
+            _: &std::sync::atomic::AtomicU32,
+            _: u32,
+            _: &std::sync::atomic::AtomicU64,
+            _: u64,
         ) -> bool {
             false
         }
@@ -502,6 +585,12 @@ mod imp {
     pub(crate) fn membarrier() {}
     pub(crate) mod rseq {
         pub(crate) fn probe() {}
+        pub(crate) fn area() -> isize {
+            0
+        }
+        pub(crate) fn cpu_id_in(_area: isize) -> Option<usize> {
+            None
+        }
     }
 }
 
