@@ -135,6 +135,12 @@ pub enum Mutant {
     /// Per-task convergence takes the in-range CID before it gives the out-of-range one up (the order before
     /// session 10), so a converger between its two steps holds two (design.md §2.4).
     ConvergeTakesFirst,
+    /// A switch's F2 that failed is taken as issued: the task → CPU walk, or an rseq group's CPU → task sweep,
+    /// takes anyway (design.md §12; loom model 13, with `GroupBuilder::failing_barriers`).
+    IgnoreFailedBarrier,
+    /// A claim's or a drain's RSEQ membarrier that failed is taken as issued: the claimer takes anyway instead of
+    /// giving its claims back (design.md §12; loom model 13).
+    IgnoreFailedClaimBarrier,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -372,15 +372,42 @@ mod imp {
         unsafe { libc::syscall(libc::SYS_membarrier, register, 0, 0) == 0 }
     }
 
-    /// Issues membarrier command `cmd`, for which the process is registered.
-    fn membarrier_issue(cmd: libc::c_long) {
+    /// Issues membarrier command `cmd` once: `Err(errno)` if the kernel refused it. That happens after a
+    /// successful registration too (design.md §12): the private expedited commands return ENOMEM when the kernel
+    /// cannot allocate its CPU mask (`CONFIG_CPUMASK_OFFSTACK`) before sending anything, and a seccomp filter
+    /// installed later makes every call fail with whatever it says.
+    fn membarrier_issue(cmd: libc::c_long) -> Result<(), i32> {
         // SAFETY: the PRIVATE_EXPEDITED commands take no pointers; the caller registered the process.
-        if unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) } != 0 {
-            // Cannot happen after a successful registration; going on without the barrier could break
-            // exclusivity, so refuse to continue.
-            std::process::abort();
+        if unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) } == 0 {
+            Ok(())
+        } else {
+            Err(errno())
         }
     }
+
+    /// Runs `issue` (one membarrier) until it succeeds, fails with an error that is not transient, or failed
+    /// `BARRIER_TRIES` times; between tries it sleeps 100, 200, 400 µs, time for the kernel to reclaim memory
+    /// (design.md §12). Transient: ENOMEM (the kernel's CPU mask allocation), EAGAIN and EINTR (which membarrier
+    /// does not return today). The caller holds the lifecycle lock or the claim lock meanwhile, which nobody
+    /// waits for on enter or exit.
+    pub(crate) fn membarrier_retrying(mut issue: impl FnMut() -> Result<(), i32>) -> Result<(), i32> {
+        let mut tries = 0;
+        loop {
+            match issue() {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tries += 1;
+                    if !matches!(e, libc::ENOMEM | libc::EAGAIN | libc::EINTR) || tries == BARRIER_TRIES {
+                        return Err(e);
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50 << tries));
+                }
+            }
+        }
+    }
+
+    /// How many times a membarrier that keeps failing with a transient error is issued in all.
+    pub(crate) const BARRIER_TRIES: u32 = 4;
 
     /// Whether `membarrier(PRIVATE_EXPEDITED)` is usable in this process; registers it on first call.
     pub(crate) fn membarrier_available() -> bool {
@@ -390,10 +417,10 @@ mod imp {
         })
     }
 
-    /// A full memory barrier on every CPU running a thread of this process. Only called after
-    /// `membarrier_available()` returned true.
-    pub(crate) fn membarrier() {
-        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    /// A full memory barrier on every CPU running a thread of this process, or the error that stopped it (then
+    /// no CPU was sent anything we may rely on). Only called after `membarrier_available()` returned true.
+    pub(crate) fn membarrier() -> Result<(), i32> {
+        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED)
     }
 
     /// Whether `membarrier(PRIVATE_EXPEDITED_RSEQ)` is usable in this process; registers it on first call.
@@ -405,10 +432,10 @@ mod imp {
     }
 
     /// A full memory barrier on every CPU running a thread of this process, which also aborts the restartable
-    /// sequence each of them may be in (the kernel's `ipi_rseq`: `smp_mb(); rseq_preempt()`). Only called after
-    /// `membarrier_rseq_available()` returned true.
-    pub(crate) fn membarrier_rseq() {
-        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ);
+    /// sequence each of them may be in (the kernel's `ipi_rseq`: `smp_mb(); rseq_preempt()`), or the error that
+    /// stopped it. Only called after `membarrier_rseq_available()` returned true.
+    pub(crate) fn membarrier_rseq() -> Result<(), i32> {
+        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)
     }
 
     /// Parses a kernel CPU list such as `0-3,8,10-11`.
@@ -451,13 +478,48 @@ mod imp {
     pub(crate) fn membarrier_available() -> bool {
         false
     }
-    pub(crate) fn membarrier() {}
     pub(crate) mod rseq {
         pub(crate) fn probe() {}
     }
 }
 
 pub(crate) use imp::*;
+
+/// Test-only failure injection for a group's membarrier calls (design.md §12): the next calls fail with a chosen
+/// errno before they reach the kernel, as a kernel short of memory or a seccomp filter would make them fail. Per
+/// group, so tests running at once in one process do not see each other's failures.
+#[cfg(all(test, not(loom)))]
+#[derive(Debug, Default)]
+pub(crate) struct FailBarriers {
+    errno: std::sync::atomic::AtomicI32,
+    /// Calls left to fail (`u32::MAX`: every call from now on).
+    left: std::sync::atomic::AtomicU32,
+    /// Calls failed so far.
+    pub(crate) failed: std::sync::atomic::AtomicU32,
+}
+
+#[cfg(all(test, not(loom)))]
+impl FailBarriers {
+    /// The next `calls` membarrier calls (`u32::MAX`: all of them) fail with `errno`.
+    pub(crate) fn set(&self, errno: i32, calls: u32) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.errno.store(errno, SeqCst);
+        self.left.store(calls, SeqCst);
+    }
+
+    /// Whether this call fails, and with which errno.
+    pub(crate) fn next(&self) -> Option<i32> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let take = |left: u32| match left {
+            0 => None,
+            u32::MAX => Some(u32::MAX),
+            n => Some(n - 1),
+        };
+        self.left.fetch_update(SeqCst, SeqCst, take).ok()?;
+        self.failed.fetch_add(1, SeqCst);
+        Some(self.errno.load(SeqCst))
+    }
+}
 
 #[cfg(all(test, not(loom)))]
 pub(crate) mod tests {
