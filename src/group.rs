@@ -535,6 +535,9 @@ impl GroupBuilder {
     }
 
     fn build_unchecked(self) -> Group {
+        // First: a fork from now on waits for this build's process-wide probes below (design.md §12.2).
+        #[cfg(not(loom))]
+        crate::fork::install();
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
@@ -559,7 +562,7 @@ impl GroupBuilder {
         {
             bitmap.relaxed = self.mutant == Mutant::RelaxedBitmap;
         }
-        Group {
+        let group = Group {
             inner: Arc::new(Inner {
                 hot: CachePadded::new(Hot {
                     mode: AtomicU32::new(PER_TASK),
@@ -596,7 +599,10 @@ impl GroupBuilder {
                 fail_barriers: sys::FailBarriers::default(),
             }),
             counted: true,
-        }
+        };
+        #[cfg(not(loom))]
+        crate::fork::track(&group.inner);
+        group
     }
 }
 
@@ -1095,6 +1101,37 @@ impl Inner {
             // Nobody is left to use a core's CID: nothing stays marked (I5).
             self.sweep_slots(&mut life);
         }
+    }
+}
+
+/// A group's locks held across a `fork` by the forking thread (design.md §12.2): its lifecycle lock and its claim
+/// lock, so the child gets neither held by a thread that does not exist there.
+#[cfg(not(loom))]
+pub(crate) struct ForkHold<'a> {
+    inner: &'a Inner,
+    life: crate::sync::MutexGuard<'a, Life>,
+}
+
+#[cfg(not(loom))]
+impl Inner {
+    /// fork's prepare handler: waits for the lifecycle lock (a register, drop, switch or `stats` in progress),
+    /// then for the claim lock (a claim or drain in progress: a claim or drain never waits for anything but the
+    /// kernel's membarrier, and nobody holding the claim lock takes the lifecycle lock, so this ends).
+    pub(crate) fn hold_for_fork(&self) -> ForkHold<'_> {
+        let life = self.life.lock();
+        while !self.try_claim_lock() {
+            std::thread::yield_now();
+        }
+        ForkHold { inner: self, life }
+    }
+}
+
+#[cfg(not(loom))]
+impl ForkHold<'_> {
+    /// After the fork, in the parent and in the child alike: the claim lock is unlocked the usual way (draining
+    /// what exits deferred to us meanwhile, counted under the lifecycle lock we still hold), then the lifecycle lock.
+    pub(crate) fn release(self) {
+        self.inner.claim_unlock(&self.life.counters);
     }
 }
 

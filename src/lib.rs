@@ -61,6 +61,8 @@ mod bitmap;
 mod counter;
 mod cpuset;
 mod error;
+#[cfg(not(loom))]
+mod fork;
 mod group;
 #[cfg(not(loom))]
 mod local;

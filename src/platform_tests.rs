@@ -217,3 +217,167 @@ fn churn_with_every_membarrier_failing_stays_exclusive() {
     assert!(s.membarrier_failures > 0 && s.switches_to_per_task > 0, "{s:?}");
     assert_all_free(&g);
 }
+
+/// How a forked child ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Child {
+    /// `_exit(code)`: 0 success, 101 a panic.
+    Exited(i32),
+    /// Killed by this signal.
+    Signalled(i32),
+    /// Still running after the limit (then killed).
+    Hung,
+}
+
+/// Forks: the child runs `child` and `_exit`s with its result (101 if it panicked); the parent runs `parent` as
+/// soon as `fork` returns there, then waits up to 10 s for the child. The child prints nothing (another thread may
+/// have held the output lock at the fork).
+fn in_child(parent: impl FnOnce(), child: impl FnOnce() -> i32) -> Child {
+    // SAFETY: fork has no preconditions; the child runs `child` and `_exit`s, never returning into the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(code) }
+    }
+    parent();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut status = 0;
+        // SAFETY: our own child; `status` is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(rc >= 0, "waitpid: {}", std::io::Error::last_os_error());
+        if rc == pid {
+            return if libc::WIFEXITED(status) {
+                Child::Exited(libc::WEXITSTATUS(status))
+            } else {
+                Child::Signalled(libc::WTERMSIG(status))
+            };
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: kill and reap our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return Child::Hung;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Another thread holds `lock` (taken by `take`, given back by `give_back`) for 200 ms; the test forks while it
+/// does (it waits until the lock is held). Returns whether the lock had been given back by the time `fork`
+/// returned in the parent, and how the child ended.
+fn fork_while_held<L>(
+    take: impl FnOnce() -> L + Send,
+    give_back: impl FnOnce(L) + Send,
+    child: impl FnOnce() -> i32,
+) -> (bool, Child) {
+    let released = std::sync::atomic::AtomicBool::new(false);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let lock = take();
+            held_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            give_back(lock);
+            released.store(true, SeqCst);
+        });
+        held_rx.recv().unwrap();
+        let mut released_at_fork = false;
+        let child = in_child(|| released_at_fork = released.load(SeqCst), child);
+        (released_at_fork, child)
+    })
+}
+
+/// fork while another thread holds a group's lifecycle lock (inside a register, drop, switch or `stats`): the
+/// fork handlers wait for it, so the child can register, enter and drop. Without them the fork returned at once
+/// and the child hung in its first `register` (checked by hand with `install` emptied: `(false, Hung)`).
+#[test]
+fn a_fork_waits_for_a_lifecycle_lock_another_thread_holds() {
+    let g = Group::builder().virtual_cpus(2).build().unwrap();
+    let (released_at_fork, child) = fork_while_held(
+        || g.inner.life.lock(),
+        drop,
+        || {
+            let mut reg = g.register();
+            drop(reg.enter());
+            drop(reg);
+            i32::from(g.users() != 0)
+        },
+    );
+    assert_eq!((released_at_fork, child), (true, Child::Exited(0)));
+}
+
+/// fork while another thread holds a group's claim lock (inside a claim or a drain): the handlers wait for it, so
+/// the child's claims can take the lock. Without them the child found it held for ever: its exits would defer to
+/// a holder that does not exist, its stealers give up, and CIDs would stay on cores.
+#[test]
+fn a_fork_waits_for_a_claim_lock_another_thread_holds() {
+    let g = Group::new();
+    let inner = &*g.inner;
+    let (released_at_fork, child) = fork_while_held(
+        || assert!(inner.try_claim_lock()),
+        |()| inner.claim_unlock(&Counters::default()),
+        || {
+            if !inner.try_claim_lock() {
+                return 1;
+            }
+            inner.claim_unlock(&Counters::default());
+            0
+        },
+    );
+    assert_eq!((released_at_fork, child), (true, Child::Exited(0)));
+}
+
+/// A child forked while the parent's groups were in use gets them as they were: the forking thread's
+/// registrations work (an explicit one, and the thread-local layer's, whose guard it held across the fork),
+/// another thread's registration keeps its CID and counts as a user, and the child's new registrations never get
+/// a CID the frozen one holds.
+#[test]
+fn in_the_child_other_threads_registrations_are_frozen_with_their_cids() {
+    let g = Group::builder().virtual_cpus(4).build().unwrap();
+    let mut mine = g.register();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn({
+        let g = g.clone();
+        move || {
+            let mut reg = g.register();
+            let guard = reg.enter();
+            tx.send(guard.cid().get()).unwrap();
+            done_rx.recv().unwrap(); // inside the guard until the test is done
+        }
+    });
+    let theirs = rx.recv().unwrap();
+    let guard = g.enter(); // the thread-local layer's registration, inside a guard across the fork
+    let my_cid = guard.cid().get();
+    let child = in_child(
+        || {},
+        || {
+            let before = g.users();
+            drop(guard);
+            drop(g.enter());
+            let mut regs: Vec<_> = (0..6).map(|_| g.register()).collect(); // crosses into per-CPU mode
+            for (i, r) in regs.iter_mut().enumerate() {
+                r.set_cpu(Some(i % 4)).unwrap();
+                let cid = r.enter().cid().get();
+                if cid == theirs {
+                    return 1; // the frozen guard's CID handed out again
+                }
+            }
+            drop(regs);
+            let cid = mine.enter().cid().get();
+            // Three users are still per-CPU mode here (thrs 2): `mine` borrows a core's CID.
+            if g.users() != before || cid == theirs || g.mode() != Mode::PerCpu {
+                return 2;
+            }
+            i32::from(!g.audit().duplicates.is_empty()) * 3
+        },
+    );
+    assert_eq!(child, Child::Exited(0), "my CID {my_cid}, theirs {theirs}");
+    done_tx.send(()).unwrap();
+    other.join().unwrap();
+}
