@@ -268,7 +268,7 @@ fn in_child(parent: impl FnOnce(), child: impl FnOnce() -> i32) -> Child {
 }
 
 /// Another thread holds `lock` (taken by `take`, given back by `give_back`) for 200 ms; the test forks while it
-/// does (it waits until the lock is held). Returns whether the lock had been given back by the time `fork`
+/// does (it waits until the lock is held). Returns whether the lock was being given back by the time `fork`
 /// returned in the parent, and how the child ended.
 fn fork_while_held<L>(
     take: impl FnOnce() -> L + Send,
@@ -282,8 +282,10 @@ fn fork_while_held<L>(
             let lock = take();
             held_tx.send(()).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(200));
-            give_back(lock);
+            // Before the release: a fork that waited for the release (which happens-before its prepare handler's
+            // acquire) reads true; one that did not wait ran during the sleep and reads false.
             released.store(true, SeqCst);
+            give_back(lock);
         });
         held_rx.recv().unwrap();
         let mut released_at_fork = false;
