@@ -83,11 +83,9 @@ fn current_cpu() -> usize {
     crate::sys::current_cpu()
 }
 
-/// Number of configured (possible) cores of this machine.
+/// Number of possible cores of this machine: the library's own bound on CPU numbers (design.md §12.3).
 fn possible_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    usize::try_from(n).unwrap_or(1).max(1)
+    crate::sys::possible_cpus()
 }
 
 // ---------------------------------------------------------------------------------------------------------------
