@@ -270,7 +270,8 @@ impl Group {
     /// The current compactness bound (I2): in steady state every CID a registration or a core owns, and so every
     /// per-task and per-CPU guard's CID, is below it. A temporary CID (a guard whose core's CID was held by a
     /// thread descheduled inside its guard, [`CidKind::Temporary`](crate::CidKind::Temporary)) is only below the
-    /// hard bound `users + cores`.
+    /// hard bound, `users + cores` as it was when the CID was handed out: a guard keeps its CID while membership
+    /// shrinks (the crate docs' "The range bound, exactly").
     pub fn max_cids(&self) -> usize {
         self.inner.max_cids()
     }

@@ -289,3 +289,97 @@ fn forks_while_other_threads_churn() {
     assert!(failed.is_empty(), "{} of {FORKS} children failed: {failed:?}", failed.len());
     assert!(group.audit().is_consistent());
 }
+
+/// The crate docs' "Signals": a handler may enter and leave with a registration of its own, whatever its thread
+/// was doing. A worker enters and leaves its own registration in a loop, marking its CID held in an independent
+/// occupancy table while inside; another thread does the same on the same group; the test sends the worker 500
+/// signals, one at a time, and the handler enters with the worker's second registration and checks that its CID is
+/// not held by anyone. Three registrations: per-CPU mode on a 2-CPU machine, where the handler also meets the
+/// worker's busy core slot (a temporary) and aborts its restartable sequences.
+#[test]
+fn a_signal_handler_may_enter_with_a_registration_of_its_own() {
+    use std::sync::atomic::AtomicPtr;
+    static HELD: [AtomicBool; 1024] = [const { AtomicBool::new(false) }; 1024];
+    static HANDLER_REG: AtomicPtr<mmcid::Registration> = AtomicPtr::new(std::ptr::null_mut());
+    static HANDLED: AtomicUsize = AtomicUsize::new(0);
+    static CLASHES: AtomicUsize = AtomicUsize::new(0);
+    fn hold(cid: usize) -> bool {
+        cid < HELD.len() && !HELD[cid].swap(true, SeqCst)
+    }
+    extern "C" fn handler(_: libc::c_int) {
+        let reg = HANDLER_REG.load(SeqCst);
+        if !reg.is_null() {
+            // SAFETY: the worker's handler registration, used by nothing else while the handler runs (the
+            // worker only uses its other one, and SIGUSR1 is blocked during its own handler).
+            let guard = unsafe { &mut *reg }.enter();
+            let cid = guard.cid().get();
+            if hold(cid) {
+                HELD[cid].store(false, SeqCst);
+            } else {
+                CLASHES.fetch_add(1, SeqCst);
+            }
+        }
+        HANDLED.fetch_add(1, SeqCst);
+    }
+    // SAFETY: sigaction with a zeroed struct, a valid handler and an empty mask; SIGUSR1 is used by no other test
+    // of this binary.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    let group = Group::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = |group: Group, stop: Arc<AtomicBool>| {
+        move || {
+            let mut reg = group.register();
+            let mut clashes = 0;
+            while !stop.load(SeqCst) {
+                let guard = reg.enter();
+                let cid = guard.cid().get();
+                if !hold(cid) {
+                    clashes += 1;
+                    continue;
+                }
+                std::hint::black_box(cid);
+                HELD[cid].store(false, SeqCst);
+            }
+            clashes
+        }
+    };
+    let other = thread::spawn(churn(group.clone(), stop.clone()));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let worker = thread::spawn({
+        let (group, stop) = (group.clone(), stop.clone());
+        move || {
+            let handler_reg = Box::into_raw(Box::new(group.register()));
+            HANDLER_REG.store(handler_reg, SeqCst);
+            ready_tx.send(()).unwrap();
+            let clashes = churn(group, stop)();
+            HANDLER_REG.store(std::ptr::null_mut(), SeqCst);
+            // SAFETY: made by Box::into_raw above; no handler runs any more (every signal was handled before
+            // `stop`, and none is sent after).
+            drop(unsafe { Box::from_raw(handler_reg) });
+            clashes
+        }
+    });
+    ready_rx.recv().unwrap();
+    use std::os::unix::thread::JoinHandleExt;
+    const SIGNALS: usize = 500;
+    for sent in 0..SIGNALS {
+        // SAFETY: the worker is not joined yet, so its pthread_t is valid.
+        assert_eq!(unsafe { libc::pthread_kill(worker.as_pthread_t(), libc::SIGUSR1) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while HANDLED.load(SeqCst) == sent {
+            assert!(Instant::now() < deadline, "signal {} not handled in 30 s", sent + 1);
+            thread::yield_now();
+        }
+    }
+    stop.store(true, SeqCst);
+    let clashes = worker.join().unwrap() + other.join().unwrap();
+    assert_eq!((clashes, CLASHES.load(SeqCst), HANDLED.load(SeqCst)), (0, 0, SIGNALS));
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 0, "{audit:?}");
+}
