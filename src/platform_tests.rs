@@ -31,7 +31,7 @@ fn assert_all_free(g: &Group) {
 /// A task → CPU switch whose F2 fails for good (EPERM, as from a seccomp filter) completes without its walk: the
 /// registrations keep their CIDs (no guard of theirs could be told apart from an idle one without the barrier),
 /// the failure is counted, and each registration gives its CID up at its next enter, which then borrows the
-/// core's. Before design.md §12 the switch aborted the process.
+/// core's (design.md §12.1; a process that aborts on a failed membarrier dies here).
 #[test]
 fn a_failed_task_to_cpu_barrier_leaves_each_cid_to_its_owner() {
     let Some(g) = asym_group("a_failed_task_to_cpu_barrier", 1) else { return };

@@ -623,9 +623,9 @@ pub(crate) mod tests {
     use super::*;
 
     /// `possible_cpus` covers every CPU number the kernel can report wherever sysfs is missing or not the
-    /// kernel's (design.md §12.3). The old rule (the sysfs list, else `sysconf`'s count) gave 8 for the third row,
-    /// a machine whose CPUs 8-11 exist (gaps, or sysfs not mounted and glibc counting the online CPUs), and 2 for
-    /// the fourth and fifth, so restartable-sequence groups folded CPUs onto slots whose sequences never commit.
+    /// kernel's (design.md §12.3). The sysfs list with `sysconf`'s count as the fallback would give 8 for the third
+    /// row, a machine whose CPUs 8-11 exist (sysfs not mounted, glibc counting the online CPUs), and 2 for the
+    /// fourth and fifth, folding CPUs onto slots where restartable sequences never commit (checked by hand).
     #[test]
     fn possible_cpus_cover_every_cpu_the_kernel_can_report() {
         let max = crate::group::MAX_CPUS;

@@ -108,9 +108,9 @@ fn pin(cpu: usize) -> bool {
     core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
 }
 
-/// A seccomp filter installed after the groups were built makes every later `membarrier` fail with EPERM. Before
-/// design.md §12 the first mode switch then aborted the process (the child died of SIGABRT at its first
-/// `register` past the bound). Now each switch goes without its walk's takes and each claim gives its slot back:
+/// A seccomp filter installed after the groups were built makes every later `membarrier` fail with EPERM. A
+/// process that aborts on a failed membarrier dies at its first mode switch (SIGABRT at the first `register` past
+/// the bound). Without the barrier, each switch goes without its walk's takes and each claim gives its slot back:
 /// in the child, a virtual group crosses both ways many times under threads that check exclusivity, and (where
 /// the group borrows with restartable sequences and two CPUs are allowed) a steal's claim fails; the audits stay
 /// consistent, every CID is free at the end, and the failures are counted.
@@ -225,12 +225,12 @@ fn a_membarrier_refused_for_good_does_not_abort_and_stays_exclusive() {
     });
     assert_eq!(child, Child::Exited(0), "the child (exit codes: see the test's returns)");
 }
+
 /// fork while other threads register, enter, drop and add: 100 children, each of which must enter through the
-/// thread-local layer, add to a `ShardedCounter`, register, enter, drop and exit within 10 s. Before fork
-/// handlers (design.md §12.2), a child forked while another thread held a group's lifecycle lock inherited it held
-/// by a thread that does not exist in the child, and hung at its first register or drop: 4–16 of 10–30 children
-/// in the report that found it. (Where the fork lands is up to the scheduler: `group::platform_tests`
-/// hold the locks on purpose.)
+/// thread-local layer, add to a `ShardedCounter`, register, enter, drop and exit within 10 s. Without the fork
+/// handlers (design.md §12.2), a child forked while another thread held a group's lifecycle lock inherits it held
+/// by a thread that does not exist in the child, and hangs at its first register or drop (about half the children
+/// here). Where the fork lands is up to the scheduler: `group::platform_tests` hold the locks on purpose.
 #[test]
 fn forks_while_other_threads_churn() {
     const FORKS: usize = 100;
