@@ -124,6 +124,12 @@ pub(crate) struct Inner {
     cs: Box<[loom::sync::Mutex<()>]>,
     #[cfg(loom)]
     pub(crate) mutant: Mutant,
+    /// Loom: every membarrier fails (`GroupBuilder::failing_barriers`, design.md §12).
+    #[cfg(loom)]
+    failing_barriers: bool,
+    /// Tests: membarrier calls told to fail (design.md §12).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fail_barriers: sys::FailBarriers,
 }
 
 /// State changed only under the lifecycle lock (the kernel's `mm_cid.mutex` + `mm_cid.lock`).
@@ -173,6 +179,8 @@ pub struct GroupBuilder {
     cids_per_core: Option<usize>,
     #[cfg(loom)]
     mutant: Mutant,
+    #[cfg(loom)]
+    failing_barriers: bool,
 }
 
 impl Default for Group {
@@ -202,6 +210,8 @@ impl Group {
             cids_per_core: None,
             #[cfg(loom)]
             mutant: Mutant::None,
+            #[cfg(loom)]
+            failing_barriers: false,
         }
     }
 
@@ -295,7 +305,8 @@ impl Group {
     /// The current compactness bound (I2): in steady state every CID a registration or a core owns, and so every
     /// per-task and per-CPU guard's CID, is below it. A temporary CID (a guard whose core's CID was held by a
     /// thread descheduled inside its guard, [`CidKind::Temporary`](crate::CidKind::Temporary)) is only below the
-    /// hard bound `users + cores`.
+    /// hard bound, `users + cores` as it was when the CID was handed out: a guard keeps its CID while membership
+    /// shrinks (the crate docs' "The range bound, exactly").
     pub fn max_cids(&self) -> usize {
         self.inner.max_cids()
     }
@@ -527,6 +538,15 @@ impl GroupBuilder {
         self
     }
 
+    /// Loom only: a group whose light barriers are compiler fences (the membarrier build) and whose every
+    /// membarrier fails, as after a seccomp filter forbade it (design.md §12, loom model 13).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn failing_barriers(mut self, on: bool) -> Self {
+        self.failing_barriers = on;
+        self
+    }
+
     /// Builds the group, validating the CPU set (I9). Of the calls that set the cores ([`GroupBuilder::cpus`],
     /// [`GroupBuilder::cpus_virtual`]) the last one counts, a rejected one included.
     ///
@@ -583,9 +603,15 @@ impl GroupBuilder {
     }
 
     fn build_unchecked(self) -> Group {
+        // First: a fork from now on waits for this build's process-wide probes below (design.md §12.2).
+        #[cfg(not(loom))]
+        crate::fork::install();
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
+        // Loom has no membarrier; a group whose membarrier fails is still built as one that has it.
+        #[cfg(loom)]
+        let asym = asym || self.failing_barriers;
         sys::rseq::probe(); // here, not on the hot path: it takes the loader's lock
 
         // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
@@ -605,7 +631,7 @@ impl GroupBuilder {
         {
             bitmap.relaxed = self.mutant == Mutant::RelaxedBitmap;
         }
-        Group {
+        let group = Group {
             inner: Arc::new(Inner {
                 hot: CachePadded::new(Hot {
                     mode: AtomicU32::new(PER_TASK),
@@ -639,9 +665,16 @@ impl GroupBuilder {
                 cs: (0..cores).map(|_| loom::sync::Mutex::new(())).collect(),
                 #[cfg(loom)]
                 mutant: self.mutant,
+                #[cfg(loom)]
+                failing_barriers: self.failing_barriers,
+                #[cfg(all(test, not(loom)))]
+                fail_barriers: sys::FailBarriers::default(),
             }),
             counted: true,
-        }
+        };
+        #[cfg(not(loom))]
+        crate::fork::track(&group.inner);
+        group
     }
 }
 
@@ -751,30 +784,91 @@ impl Inner {
     }
 
     /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence. In rseq groups
-    /// the RSEQ membarrier, which also aborts every restartable sequence in flight (design.md §4.1.1).
-    fn heavy_barrier(&self) {
+    /// the RSEQ membarrier, which also aborts every restartable sequence in flight (design.md §4.1.1). False if
+    /// the membarrier failed (design.md §12): then it ordered nothing, and the caller must not rely on it.
+    fn heavy_barrier(&self) -> bool {
         if self.hot.rseq && !self.mutant(MUTANT_PLAIN_FIXUP_BARRIER) {
-            self.rseq_barrier();
+            self.rseq_barrier()
         } else if self.hot.asym {
-            sys::membarrier();
+            self.membarrier(false)
         } else {
             fence(Ordering::SeqCst);
+            true
         }
     }
 
-    /// The RSEQ membarrier: once it returns, every borrow sequence has either committed (and its store is
-    /// visible to us) or will start after it (and see everything we stored before). Loom: a full fence, then
-    /// every core's sequence lock taken and released.
-    fn rseq_barrier(&self) {
+    /// The RSEQ membarrier: once it returns true, every borrow sequence has either committed (and its store is
+    /// visible to us) or will start after it (and see everything we stored before). False if it failed (design.md
+    /// §12). Loom: a full fence, then every core's sequence lock taken and released.
+    fn rseq_barrier(&self) -> bool {
         #[cfg(not(loom))]
-        sys::membarrier_rseq();
+        {
+            self.membarrier(true)
+        }
         #[cfg(loom)]
         {
+            if self.failing_barriers {
+                return false;
+            }
             fence(Ordering::SeqCst);
             for cs in self.cs.iter() {
                 drop(cs.lock().unwrap_or_else(|e| e.into_inner()));
             }
+            true
         }
+    }
+
+    /// One membarrier, the RSEQ command if `rseq`: retried while it fails with a transient error, false if it
+    /// failed after all (design.md §12). Tests can make it fail (`fail_barriers`).
+    #[cfg(not(loom))]
+    fn membarrier(&self, rseq: bool) -> bool {
+        sys::membarrier_retrying(|| {
+            #[cfg(test)]
+            if let Some(errno) = self.fail_barriers.next() {
+                return Err(errno);
+            }
+            if rseq {
+                sys::membarrier_rseq()
+            } else {
+                sys::membarrier()
+            }
+        })
+        .is_ok()
+    }
+
+    /// Loom has no membarrier: a group has asymmetric fences only when built with `failing_barriers`.
+    #[cfg(loom)]
+    fn membarrier(&self, _rseq: bool) -> bool {
+        !self.failing_barriers
+    }
+
+    /// F2 of a switch: whether its walk may take what the light side could still be using. False, counted, when
+    /// the barrier failed: the task → CPU walk then takes nothing, and the CPU → task sweep of an rseq group
+    /// neither (design.md §12).
+    fn fixup_barrier(&self, life: &Life) -> bool {
+        if self.mutant(MUTANT_NO_FIXUP_BARRIER) || self.heavy_barrier() {
+            return true;
+        }
+        life.counters.bump(Ev::BarrierFailed);
+        self.mutant(MUTANT_IGNORE_FAILED_BARRIER)
+    }
+
+    /// The RSEQ membarrier between a claim (or a drain's claims) and its take; false, counted in `c`, when it
+    /// failed: the claimer then gives its claims back (`unclaim`, design.md §12).
+    fn claim_barrier(&self, c: &Counters) -> bool {
+        if self.rseq_barrier() {
+            return true;
+        }
+        c.bump(Ev::BarrierFailed);
+        self.mutant(MUTANT_IGNORE_FAILED_CLAIM_BARRIER)
+    }
+
+    /// Gives back a claim `s | CLAIM` whose barrier failed: the core owns `c` idle again, as before the claim.
+    /// Release: the idle word hands `c` to its next borrower with its last borrower's writes, which the claim CAS
+    /// acquired (an RMW, this CAS also continues X1's release sequence). It fails only if a sequence that read `s`
+    /// before the claim committed BUSY over it: that borrower keeps `c`, exactly as after a successful barrier.
+    fn unclaim(slot: &AtomicU32, s: u32) {
+        let _ = slot.compare_exchange(s | CLAIM, s, Ordering::Release, Ordering::Relaxed);
     }
 
     /// Whether whole per-CPU updates may be restartable sequences now (design.md §9.2): an rseq group in per-CPU
@@ -879,11 +973,14 @@ impl Inner {
         // AcqRel, both CASes: they take the CID with its last borrower's writes (pairs with X1's Release store);
         // the claim lock (Acquire/Release) orders them against other claimers.
         let taken = slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Acquire).is_ok() && {
-            if !self.mutant(MUTANT_NO_CLAIM_BARRIER) {
-                self.rseq_barrier();
+            if self.mutant(MUTANT_NO_CLAIM_BARRIER) || self.claim_barrier(c) {
+                // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps
+                // `c`.
+                slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            } else {
+                Self::unclaim(slot, s); // no barrier, no take: as if someone else had the slot (design.md §12)
+                false
             }
-            // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps `c`.
-            slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
         };
         self.claim_unlock(c);
         taken
@@ -964,16 +1061,17 @@ impl Inner {
         if !claimed {
             return;
         }
-        // As in every claim: a sequence that read an idle word before our claim has committed or was aborted.
-        if !self.mutant(MUTANT_NO_DRAIN_BARRIER) {
-            self.rseq_barrier();
-        }
+        // As in every claim: a sequence that read an idle word before our claim has committed or was aborted. If
+        // the barrier failed, every claim goes back and the deferred CIDs stay on their cores (design.md §12).
+        let fenced = self.mutant(MUTANT_NO_DRAIN_BARRIER) || self.claim_barrier(c);
         for (_, slot) in self.all_slots() {
             // Every CLAIM word is ours (we hold the lock); our own claim is the latest we can read, or a sequence's
             // BUSY that committed over it (then its borrower keeps the CID, and the CAS fails). Relaxed load and
             // failure: hints; the AcqRel CAS takes the CID with the writes its claim acquired.
             let s = slot.load(Ordering::Relaxed);
-            if s & CLAIM != 0 && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            if s & CLAIM != 0 && !fenced {
+                Self::unclaim(slot, s & !CLAIM);
+            } else if s & CLAIM != 0 && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.bitmap.clear(s & VALUE);
                 c.bump(Ev::BitmapClear);
                 c.bump(Ev::FixupTake);
@@ -1071,8 +1169,11 @@ impl Inner {
     fn switch_to_per_cpu(&self, life: &mut Life) {
         life.counters.bump(Ev::SwitchToCpu);
         self.hot.mode.store(TO_PER_CPU, Ordering::Release); // F1
-        if !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
-            self.heavy_barrier(); // F2: pairs with E2 and X2
+                                                            // F2: pairs with E2 and X2. If it failed, the walk takes nothing: every registration keeps its CID until
+                                                            // its next enter gives it up (design.md §12).
+        if !self.fixup_barrier(life) {
+            self.hot.mode.store(PER_CPU, self.completion_order()); // F4
+            return;
         }
         life.counters.bump(Ev::FixupWalk);
         for rec in life.regs.iter().flatten() {
@@ -1105,11 +1206,13 @@ impl Inner {
         // F2: pairs with X2 of borrowers. The last registration's drop needs none: every registration's drop came
         // after all its guards and sequences and took the lifecycle lock before us (happens-before), so nothing
         // runs on the light side; the last-user sweep in `unregister` has always relied on the same argument.
-        // That saves one (RSEQ) membarrier per round to groups that empty and refill (thread pools).
-        if life.users > 0 && !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
-            self.heavy_barrier();
+        // That saves one (RSEQ) membarrier per round to groups that empty and refill (thread pools). If F2
+        // failed, the sweep of a CAS group still runs (a slot CAS against a borrow CAS needs no barrier), an rseq
+        // group's does not (a sequence in flight could commit over the EMPTY slot): its idle core CIDs stay until
+        // a later switch or the last drop (design.md §12).
+        if life.users == 0 || self.fixup_barrier(life) || !self.hot.rseq {
+            self.sweep_slots(life);
         }
-        self.sweep_slots(life);
         self.hot.mode.store(PER_TASK, self.completion_order()); // F4
     }
 
@@ -1159,6 +1262,37 @@ impl Inner {
             // Nobody is left to use a core's CID: nothing stays marked (I5).
             self.sweep_slots(&mut life);
         }
+    }
+}
+
+/// A group's locks held across a `fork` by the forking thread (design.md §12.2): its lifecycle lock and its claim
+/// lock, so the child gets neither held by a thread that does not exist there.
+#[cfg(not(loom))]
+pub(crate) struct ForkHold<'a> {
+    inner: &'a Inner,
+    life: crate::sync::MutexGuard<'a, Life>,
+}
+
+#[cfg(not(loom))]
+impl Inner {
+    /// fork's prepare handler: waits for the lifecycle lock (a register, drop, switch or `stats` in progress),
+    /// then for the claim lock (a claim or drain in progress: a claim or drain never waits for anything but the
+    /// kernel's membarrier, and nobody holding the claim lock takes the lifecycle lock, so this ends).
+    pub(crate) fn hold_for_fork(&self) -> ForkHold<'_> {
+        let life = self.life.lock();
+        while !self.try_claim_lock() {
+            std::thread::yield_now();
+        }
+        ForkHold { inner: self, life }
+    }
+}
+
+#[cfg(not(loom))]
+impl ForkHold<'_> {
+    /// After the fork, in the parent and in the child alike: the claim lock is unlocked the usual way (draining
+    /// what exits deferred to us meanwhile, counted under the lifecycle lock we still hold), then the lifecycle lock.
+    pub(crate) fn release(self) {
+        self.inner.claim_unlock(&self.life.counters);
     }
 }
 
@@ -1239,6 +1373,8 @@ mutant_ids! {
     MUTANT_CONVERGE_TAKES_FIRST = ConvergeTakesFirst = 21;
     MUTANT_OWNED_SEQUENCE_IGNORES_MODE = OwnedSequenceIgnoresMode = 22;
     MUTANT_OWNED_SEQUENCE_IGNORES_WORD = OwnedSequenceIgnoresWord = 23;
+    MUTANT_IGNORE_FAILED_BARRIER = IgnoreFailedBarrier = 24;
+    MUTANT_IGNORE_FAILED_CLAIM_BARRIER = IgnoreFailedClaimBarrier = 25;
 }
 
 #[cfg(all(test, not(loom)))]
@@ -1400,3 +1536,7 @@ mod tests {
         assert!(g.audit().is_consistent() && g.audit().bits == 0);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+#[path = "platform_tests.rs"]
+mod platform_tests;

@@ -53,6 +53,77 @@
 //!
 //! I1 exclusivity, I2 range, I3 stability, I4 convergence, I5 accounting, I6 progress, I7 unwind safety, I8
 //! hand-over visibility, I9 typed errors: see `docs/design.md` and the tests named after them.
+//!
+//! **The range bound, exactly (I2).** At every instant at most `users + cores` CIDs are in use
+//! ([`Group::users`], [`Group::cores`]): each registration holds at most one, and so does each core. Each CID is
+//! below `users + cores` *when it is handed out*, with `users` as it was then; it is not checked again. A guard
+//! keeps its CID for its whole life, and a registration its per-task CID between guards, while other
+//! registrations drop, so a live CID is below the largest `users + cores` since it was taken (at most the group's
+//! peak), not necessarily below today's. Once membership stops shrinking, its holder converges to a CID below
+//! [`Group::max_cids`] at a later enter (I4), when a lower one is free:
+//!
+//! ```
+//! use mmcid::{CidKind, Group};
+//! let group = Group::builder().virtual_cpus(1).build()?;
+//! let mut regs: Vec<_> = (0..10).map(|_| group.register()).collect(); // 10 users, 1 core: per-CPU mode
+//! let mut last = regs.pop().unwrap();
+//! let held: Vec<_> = regs.iter_mut().map(|r| r.enter()).collect();  // core 0's CID 0, temporaries 1..=8
+//! let live = last.enter();
+//! assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users + cores = 11
+//! drop(held);
+//! drop(regs);                                                         // membership shrinks to one user
+//! assert_eq!(group.users() + group.cores(), 2);
+//! assert!(live.cid().get() >= group.users() + group.cores());         // live, yet beyond today's bound
+//! assert!(group.stats().cids_in_use as usize <= group.users() + group.cores()); // how many: still bounded
+//! drop(live);
+//! assert_eq!(last.enter().cid().get(), 0);                            // the next enter converges
+//! # Ok::<(), mmcid::Error>(())
+//! ```
+//!
+//! ## Platform and process events
+//!
+//! What a group does when the platform or the process does something the protocol cannot see coming
+//! (`docs/design.md` §12 has the arguments).
+//!
+//! * **No `membarrier` or no rseq.** Where the process cannot register for `membarrier` (old kernels, a
+//!   seccomp filter at start-up) or [`GroupBuilder::asymmetric_fences`] is off, enter and exit pay a full fence
+//!   instead of a compiler fence ([`Group::uses_membarrier`]). Where restartable sequences are not available
+//!   (another target than x86_64 Linux with glibc ≥ 2.35, `glibc.pthread.rseq=0`, valgrind, no RSEQ membarrier,
+//!   virtual cores) per-CPU borrows are a CAS ([`Group::uses_rseq`]) and the current CPU comes from
+//!   `sched_getcpu`. A thread of an rseq group whose own rseq area is not registered takes temporary CIDs.
+//!   All of these are correct, only slower.
+//! * **`membarrier` failing later.** A call can fail after registration: ENOMEM (the kernel could not allocate
+//!   its CPU mask), or any errno from a seccomp filter installed after the group was built. ENOMEM is retried
+//!   (four tries in all); a failure is counted in [`Stats::membarrier_failures`] and never aborts. The switch,
+//!   claim or drain that needed the barrier then takes nothing that only the barrier made safe to take:
+//!   registrations keep their CIDs into per-CPU mode (each gives its own up at its next enter), cores keep theirs
+//!   into per-task mode (until a later switch or the last drop), a claimed slot goes back to its core. CIDs stay
+//!   exclusive and within the bound above; they are less compact until the barrier works again. A filter that
+//!   kills the thread or raises SIGSYS for `membarrier` is beyond what a library can handle.
+//! * **`fork`.** Fork handlers hold every group's lifecycle and claim locks across `fork`, so the child never
+//!   inherits one held by a thread it does not have (a fork waits for registers, drops, switches and claims in
+//!   progress). In the child a group is the parent's as it was at the fork: the forking thread's registrations
+//!   and guards (explicit or [`Group::enter`]'s) work as before, new registrations work, and every other thread's
+//!   registrations are frozen, keeping their CIDs and counting as users until the child exits. Not covered:
+//!   `vfork`, `_Fork` and `clone` without fork handlers; a fork from a signal handler that interrupted its own
+//!   thread inside a lifecycle operation (it would wait for itself); a [`Runtime`] (its threads are not in the
+//!   child). Registering allocates, so the child relies on the C library making `malloc` usable there (glibc
+//!   does).
+//! * **Signals.** A handler may use a [`Registration`] of its own, made outside the handler and used by nothing
+//!   else while the handler runs (one per thread; keep the signal blocked during its own handler, the default
+//!   without `SA_NODEFER`): [`Registration::enter`] and the guard's drop take no lock, allocate nothing, and make
+//!   no system call but `sched_getcpu`, `membarrier` and the sleeps between its retries; whatever the handler
+//!   interrupted (even a claim in progress, whose lock it only tries), it finds a free CID (a
+//!   temporary if the interrupted guard holds the core's CID), and a restartable sequence it interrupted is
+//!   aborted by the kernel and retried. [`PerCid::get_mut`] and [`ShardedCounter::add_with`] allocate the first
+//!   time a CID's shard is used, so only shards that already exist are safe there. A handler must not register,
+//!   drop a registration, build a group, call [`Group::stats`], [`Group::cpus`], [`Group::set_cpus_allowed`]
+//!   (the lifecycle lock: it would wait for itself if it interrupted its own thread inside one), or use the
+//!   thread-local layer ([`Group::enter`], [`Group::leave_thread`], [`ShardedCounter::add`] and `sub`).
+//! * **CPU numbers.** [`Group::cores`] covers every CPU number the kernel can report (its `nr_cpu_ids`: the
+//!   highest possible CPU plus one, gaps and offline CPUs included), read from
+//!   `/sys/devices/system/cpu/possible` where that agrees with the kernel and from `sched_getaffinity`'s bound
+//!   otherwise, so every CPU a thread may run on has its own slot.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
@@ -64,6 +135,8 @@ mod bitmap;
 mod counter;
 mod cpuset;
 mod error;
+#[cfg(not(loom))]
+mod fork;
 mod group;
 #[cfg(not(loom))]
 mod local;

@@ -31,9 +31,10 @@ pub(crate) enum Ev {
     FixupWalk,
     FixupVisit,
     FixupTake,
+    BarrierFailed,
 }
 
-const EVENTS: usize = Ev::FixupTake as usize + 1;
+const EVENTS: usize = Ev::BarrierFailed as usize + 1;
 
 /// A snapshot of a group's counters, from [`Group::stats`](crate::Group::stats).
 ///
@@ -111,6 +112,11 @@ pub struct Stats {
     pub fixup_visits: u64,
     /// CIDs taken away by fixup walks (and by drains of deferred claims, design.md §4.1.1).
     pub fixup_takes: u64,
+    /// `membarrier` calls that failed even after retrying transient errors (a kernel short of memory, a seccomp
+    /// filter): the switch, claim or drain that needed each went on without taking what the barrier would have
+    /// let it take, which costs compactness, never exclusivity (design.md §12, the crate docs' "Platform and
+    /// process events").
+    pub membarrier_failures: u64,
     /// CIDs marked in use now.
     pub cids_in_use: u64,
 }
@@ -223,6 +229,7 @@ impl Stats {
             fixup_walks: t[Ev::FixupWalk as usize],
             fixup_visits: t[Ev::FixupVisit as usize],
             fixup_takes: t[Ev::FixupTake as usize],
+            membarrier_failures: t[Ev::BarrierFailed as usize],
             cids_in_use: cids_in_use as u64,
         }
     }
@@ -262,6 +269,7 @@ mod tests {
             Ev::FixupWalk,
             Ev::FixupVisit,
             Ev::FixupTake,
+            Ev::BarrierFailed,
         ];
         assert_eq!(events.len(), EVENTS, "every event listed once");
         let c = Counters::default();
@@ -296,6 +304,7 @@ mod tests {
             (s.fixup_walks, n(Ev::FixupWalk)),
             (s.fixup_visits, n(Ev::FixupVisit)),
             (s.fixup_takes, n(Ev::FixupTake)),
+            (s.membarrier_failures, n(Ev::BarrierFailed)),
         ];
         for (i, (got, want)) in fields.into_iter().enumerate() {
             assert_eq!(got, want, "field {i} of {s:?}");

@@ -233,6 +233,16 @@ mod harness {
     /// `borrower_vs_sweep` with a third thread running `also` on the group meanwhile (joined before the final
     /// checks).
     pub fn borrower_vs_sweep_and(group: Group, t1: fn(&Cids, &mut Reg), also: Option<fn(&Group)>) {
+        borrower_vs_sweep_ending(group, t1, also, finish);
+    }
+
+    /// `borrower_vs_sweep_and` with its own end checks (`finish` or `finish_degraded`).
+    pub fn borrower_vs_sweep_ending(
+        group: Group,
+        t1: fn(&Cids, &mut Reg),
+        also: Option<fn(&Group)>,
+        end: fn(&Group, &Cids, Vec<Reg>),
+    ) {
         let also = also.map(|f| {
             let group = group.clone();
             loom::thread::spawn(move || f(&group))
@@ -264,7 +274,19 @@ mod harness {
             t.join().unwrap();
         }
         assert_eq!(group.mode(), Mode::PerTask);
-        finish(&group, &cids, vec![r1, r4]);
+        end(&group, &cids, vec![r1, r4]);
+    }
+
+    /// The end of a model whose group's membarrier failed (model 13, design.md §12): no lost update, and at
+    /// quiescence nothing owned twice and every set bit owned, but owners need not match the mode (a failed switch
+    /// leaves registrations or cores their CIDs); then drop them all and check every CID is free.
+    pub fn finish_degraded(group: &Group, cids: &Cids, regs: Vec<Reg>) {
+        cids.check_total();
+        let audit = group.audit();
+        assert!(audit.is_consistent(), "inconsistent at quiescence (I1, I5): {audit:?}");
+        assert!(matches!(group.mode(), Mode::PerTask | Mode::PerCpu), "switch left unfinished: {audit:?}");
+        drop(regs);
+        all_free(group);
     }
 
     /// The end of every model: no lost update (`cids`), accounting at quiescence with `regs` the group's every

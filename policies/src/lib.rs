@@ -93,11 +93,9 @@ fn check_range(what: &'static str, value: usize, min: usize, max: usize) -> Resu
     }
 }
 
-/// Number of configured (possible) cores of this machine.
+/// Number of possible cores of this machine: the library's own bound on CPU numbers (design.md §12.3).
 fn possible_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    usize::try_from(n).unwrap_or(1).max(1)
+    mmcid::__private::possible_cpus()
 }
 
 // ---------------------------------------------------------------------------------------------------------------

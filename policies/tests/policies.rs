@@ -294,8 +294,10 @@ fn mmcid_is_exclusive() {
 
 #[test]
 fn mmcid_is_exclusive_in_per_cpu_mode() {
-    // 4 virtual cores, 8 threads: per-CPU mode with busy cores and temporaries.
-    let p = Arc::new(MmCid::new(Group::builder().virtual_cpus(4).build().expect("group")));
+    // 4 virtual cores, 8 threads: per-CPU mode with busy cores and temporaries. One CID per core (the kernel's
+    // design): with CID sets the busy cores would lend extra CIDs, and half the users holding guards at once would
+    // switch the group to per-task mode (mmcid's design.md §2.6, §3.1; tests/cid_sets.rs checks those).
+    let p = Arc::new(MmCid::new(Group::builder().virtual_cpus(4).cids_per_core(1).build().expect("group")));
     assert_eq!(all_at_once(Arc::clone(&p)), 0);
     assert_eq!(churn(Arc::clone(&p)), 0);
     assert_eq!(p.cids_in_use(), 0);
