@@ -1373,6 +1373,7 @@ mutant_ids! {
     MUTANT_CONVERGE_TAKES_FIRST = ConvergeTakesFirst = 21;
     MUTANT_OWNED_SEQUENCE_IGNORES_MODE = OwnedSequenceIgnoresMode = 22;
     MUTANT_OWNED_SEQUENCE_IGNORES_WORD = OwnedSequenceIgnoresWord = 23;
+    MUTANT_EXIT_TO_FIRST_SLOT = ExitToFirstSlot = 26;
     MUTANT_IGNORE_FAILED_BARRIER = IgnoreFailedBarrier = 24;
     MUTANT_IGNORE_FAILED_CLAIM_BARRIER = IgnoreFailedClaimBarrier = 25;
 }

@@ -125,21 +125,22 @@ fn use_parked(id: u64) -> Option<NonNull<Registration>> {
 ///
 /// `f` must not reach this layer again (`Group::enter`, `with_cid`, `take`, `forget`, `leave_thread`, a
 /// `ShardedCounter` update): that could unpark and drop the registration `f` is looking at.
-#[inline(always)]
+#[cfg(test)]
 pub(crate) unsafe fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration) -> R) -> Option<R> {
-    PARKED
-        .try_with(|p| {
-            if p.id.get() != group.id() {
-                return None;
-            }
-            let reg = NonNull::new(p.reg.get())?;
-            // SAFETY: the parked pointer is an owned, live `Box::into_raw` registration; it stays parked, and so
-            // alive, while `f` runs: only this thread's layer takes it, `f` does not call into the layer (the
-            // caller's contract), and no signal handler does either (`Group::enter`'s documented contract).
-            Some(f(unsafe { reg.as_ref() }))
-        })
-        .ok()
-        .flatten()
+    // SAFETY: a parked pointer (its id matched: parked, not in use) is an owned, live `Box::into_raw`
+    // registration; it stays parked, and so alive, while `f` runs: only this thread's layer takes it, `f` does not
+    // call into the layer (the caller's contract), and no signal handler does either (`Group::enter`'s documented
+    // contract).
+    parked(group).map(|reg| f(unsafe { reg.as_ref() }))
+}
+
+/// The calling thread's parked registration of `group`, if any: a pointer that stays valid until this thread's
+/// layer is reached again (the contract of `peek_parked`). Only the slot's two words are read inside the
+/// thread-local access, a closure small enough to inline always; the caller's work runs outside it.
+#[inline(always)]
+pub(crate) fn parked(group: &Group) -> Option<NonNull<Registration>> {
+    let id = group.id();
+    PARKED.try_with(|p| if p.id.get() == id { NonNull::new(p.reg.get()) } else { None }).ok().flatten()
 }
 
 /// A registration of `group` for the calling thread, as an owned `Box::into_raw` pointer: the parked one (marked in

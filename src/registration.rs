@@ -733,17 +733,15 @@ impl Registration {
     }
 
     /// Where a whole update may run as one restartable sequence in per-task mode (design.md §9.3): the CID this
-    /// registration owns, in an rseq group in per-task mode and below `max_cids` (else the guard path converges
-    /// it, I4). The sequence compares the mode and the word again.
+    /// registration owns, in an rseq group, below `max_cids` (else the guard path converges it, I4). The mode is
+    /// not read here: the sequence compares it (and the word) inside, and in per-CPU mode the word is UNSET, which
+    /// no `max_cids` exceeds.
     #[inline(always)]
     fn owned_sequence_target(&self) -> Option<u32> {
         let g = &*self.group.inner;
-        // Relaxed, both: hints the sequence compares again (the word is our own: only fixups change it, to UNSET).
-        if !g.hot.rseq || g.hot.mode.load(Relaxed) != PER_TASK {
-            return None;
-        }
+        // Relaxed: a hint the sequence compares again (the word is our own: only fixups change it, to UNSET).
         let w = self.rec.cid.load(Relaxed);
-        ((w as usize) < g.max_cids()).then_some(w)
+        (g.hot.rseq && (w as usize) < g.max_cids()).then_some(w)
     }
 
     /// Loom only: `add_in_sequence` with the update `f(cid)` run inside the modelled sequence (loom models 11, 14).
@@ -777,6 +775,7 @@ impl Registration {
         // Relaxed: our word is UNSET, so a walk skips it whatever it reads here (not a D-exit X1).
         self.rec.running.store(0, Relaxed);
         // Release: X1 of D-core; hands the slot's CID, with our writes, to the next borrower (I8).
+        let at = if g.mutant(MUTANT_EXIT_TO_FIRST_SLOT) { slot_at(core_of(at), 0) } else { at };
         g.slot(at).store(slot::owned(cid), Release);
         (self.hint_at, self.hint_word) = (at as u32, slot::owned(cid));
         if !g.mutant(MUTANT_NO_EXIT_BARRIER) {

@@ -141,6 +141,9 @@ pub enum Mutant {
     /// rseq groups: the per-task whole-update sequence does not compare the registration's word, so one that read the
     /// word before a switch took it (and the mode came back to per-task) adds to a CID another registration owns.
     OwnedSequenceIgnoresWord,
+    /// CID sets (design.md §2.6): a per-CPU exit releases its CID into its core's first slot instead of the slot it
+    /// borrowed.
+    ExitToFirstSlot,
     /// A switch's F2 that failed is taken as issued: the task → CPU walk, or an rseq group's CPU → task sweep,
     /// takes anyway (design.md §12; loom model 13, with `GroupBuilder::failing_barriers`).
     IgnoreFailedBarrier,
