@@ -254,7 +254,7 @@ impl Bitmap {
     #[inline(never)]
     fn exhausted(&self) -> ! {
         panic!(
-            "mmcid: no free CID after {WATCHDOG_SCANS} scans ({} of {} marked): a CID leaked past the users + cores \
+            "mmcid: no free CID after {WATCHDOG_SCANS} scans ({} of {} marked): a CID leaked past I2's hard \
              bound (design.md §2.4, I5); please report this",
             self.count(),
             self.capacity()

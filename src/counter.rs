@@ -238,7 +238,7 @@ impl ShardedCounter {
 
     /// Number of shards allocated so far: one per CID that ever counted. In steady state task and core CIDs stay
     /// below [`Group::max_cids`] (I2), so this is about the largest `max_cids` while the counter was used, plus
-    /// any temporary CIDs (below `users + cores` as it was when each was taken) that adds with a guard
+    /// any extra or temporary CIDs (below I2's hard bound as it was when each was taken) that adds with a guard
     /// ([`add_with`](Self::add_with)) or oversubscribed adders took. Shards are freed when the counter drops.
     pub fn shards_allocated(&self) -> usize {
         self.shards.shards_allocated()

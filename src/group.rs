@@ -302,11 +302,13 @@ impl Group {
         self.inner.users.load(Ordering::Relaxed)
     }
 
-    /// The current compactness bound (I2): in steady state every CID a registration or a core owns, and so every
-    /// per-task and per-CPU guard's CID, is below it. A temporary CID (a guard whose core's CID was held by a
-    /// thread descheduled inside its guard, [`CidKind::Temporary`](crate::CidKind::Temporary)) is only below the
-    /// hard bound, `users + cores` as it was when the CID was handed out: a guard keeps its CID while membership
-    /// shrinks (the crate docs' "The range bound, exactly").
+    /// The current compactness bound (I2): in steady state every CID a registration owns and every core's first
+    /// CID, and so every per-task guard's CID and every per-CPU guard's on a core whose first CID was idle, is
+    /// below it. A core's extra CIDs ([`GroupBuilder::cids_per_core`]) and temporary CIDs
+    /// ([`CidKind::Temporary`](crate::CidKind::Temporary)) serve guards entered while a thread descheduled inside
+    /// its guard holds the core's first CID; they are only below the hard bound, `users + K · cores` as it was when
+    /// the CID was handed out: a guard keeps its CID while membership shrinks (the crate docs' "The range bound,
+    /// exactly").
     pub fn max_cids(&self) -> usize {
         self.inner.max_cids()
     }

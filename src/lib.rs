@@ -41,30 +41,35 @@
 //!
 //! ## Costs, and how long to hold a guard
 //!
-//! On the project's 2-core x86 VM (`docs/benchmarks.md` has every number with its run): an enter+exit pair is
-//! about 1.4 ns in per-task mode, 4.3 ns in per-CPU mode with a restartable sequence (the kernel's rseq `mm_cid`
-//! plus one atomic add is 5.1 ns there), 2.6 ns through [`Group::enter`], and 14 ns when it takes a temporary CID.
-//! A guard is a CID reservation like the kernel's "running on a CPU", so keep it around the work on per-CID data:
-//! a thread that blocks or is preempted inside its guard keeps its core's CID, and every other thread entering on
-//! that core meanwhile takes a temporary. [`Stats::enter_temporary`] against the other `enter_*` counts of
-//! [`Group::stats`] shows how often that happens.
+//! `docs/benchmarks.md` has every number with its run and its same-run peers. In a loop shaped like user code
+//! (`examples/use_case.rs`), an enter, an update of a 56-byte record in the guard's [`PerCid`] shard and the exit
+//! cost about 1.2 times what `thread_local` costs for the same update in per-task mode, a little more through
+//! [`Group::enter`], and about twice that in per-CPU mode (a restartable sequence, or one CAS, to borrow the core's
+//! CID). A guard is a CID reservation like the kernel's "running on a CPU", so keep it around the work on per-CID
+//! data: a thread that blocks or is preempted inside its guard keeps its CID, so the next thread entering on that
+//! core borrows one of the core's extra CIDs (CID sets, [`GroupBuilder::cids_per_core`]), and a group where half
+//! the threads hold guards at once switches to per-task ownership (docs/design.md §3.1).
+//! [`Stats::enter_cpu_extra`] and [`Stats::enter_temporary`] against the other `enter_*` counts of
+//! [`Group::stats`] show how often that happens.
 //!
 //! ## Invariants
 //!
 //! I1 exclusivity, I2 range, I3 stability, I4 convergence, I5 accounting, I6 progress, I7 unwind safety, I8
 //! hand-over visibility, I9 typed errors: see `docs/design.md` and the tests named after them.
 //!
-//! **The range bound, exactly (I2).** At every instant at most `users + cores` CIDs are in use
-//! ([`Group::users`], [`Group::cores`]): each registration holds at most one, and so does each core. Each CID is
-//! below `users + cores` *when it is handed out*, with `users` as it was then; it is not checked again. A guard
-//! keeps its CID for its whole life, and a registration its per-task CID between guards, while other
-//! registrations drop, so a live CID is below the largest `users + cores` since it was taken (at most the group's
-//! peak), not necessarily below today's. Once membership stops shrinking, its holder converges to a CID below
-//! [`Group::max_cids`] at a later enter (I4), when a lower one is free:
+//! **The range bound, exactly (I2).** At every instant at most `users + K · cores` CIDs are in use
+//! ([`Group::users`], [`Group::cores`], `K` = [`Group::cids_per_core`]): each registration holds at most one, and
+//! each core at most `K` (one with `cids_per_core(1)`, the kernel's design; the extra ones only while guards held
+//! by descheduled threads need them, docs/design.md §2.6). Each CID is below that bound *when it is handed out*,
+//! with `users` as it was then; it is not checked again. A guard keeps its CID for its whole life, and a
+//! registration its per-task CID between guards, while other registrations drop, so a live CID is below the
+//! largest bound since it was taken (at most the group's peak), not necessarily below today's. Once membership
+//! stops shrinking, its holder converges to a CID below [`Group::max_cids`] at a later enter (I4), when a lower one
+//! is free:
 //!
 //! ```
 //! use mmcid::{CidKind, Group};
-//! let group = Group::builder().virtual_cpus(1).build()?;
+//! let group = Group::builder().virtual_cpus(1).cids_per_core(1).build()?;
 //! let mut regs: Vec<_> = (0..10).map(|_| group.register()).collect(); // 10 users, 1 core: per-CPU mode
 //! let mut last = regs.pop().unwrap();
 //! let held: Vec<_> = regs.iter_mut().map(|r| r.enter()).collect();  // core 0's CID 0, temporaries 1..=8
