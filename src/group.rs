@@ -55,7 +55,7 @@ impl Drop for Group {
 pub(crate) struct Hot {
     /// Mode word (design.md §2.1).
     pub(crate) mode: AtomicU32,
-    /// Current compactness bound (dossier §2).
+    /// Current compactness bound (design.md §3).
     pub(crate) max_cids: AtomicU32,
     /// Whether light barriers may be compiler fences (membarrier registered).
     pub(crate) asym: bool,
@@ -705,7 +705,7 @@ fn next_group_id() -> u64 {
 impl Inner {
     #[inline(always)]
     pub(crate) fn max_cids(&self) -> usize {
-        // Relaxed: a stale bound only changes whether converge runs (dossier O4).
+        // Relaxed: a stale bound only changes whether converge runs (as the kernel's `READ_ONCE(max_cids)`).
         self.hot.max_cids.load(Ordering::Relaxed) as usize
     }
 
@@ -1082,7 +1082,7 @@ impl Inner {
     }
 
     /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
-    /// the walk (dossier O3).
+    /// the walk (the kernel's `smp_mb()` before clearing TRANSIT, 47ee94efccf6).
     fn completion_order(&self) -> Ordering {
         if self.mutant(MUTANT_RELAXED_COMPLETION) {
             Ordering::Relaxed
@@ -1108,7 +1108,7 @@ impl Inner {
         }
         let kernel_max = (opt + opt / 4).min(self.cores);
         let max = if life.occupied { kernel_max.max(life.users) } else { kernel_max };
-        // Relaxed: lock held; a reader's stale value only changes whether it converges (dossier O4).
+        // Relaxed: lock held; a reader's stale value only changes whether it converges (as the kernel's READ_ONCE).
         self.hot.max_cids.store(max as u32, Ordering::Relaxed);
         // Relaxed: the caller holds the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
@@ -1470,7 +1470,7 @@ mod tests {
         assert!(g.audit().is_consistent(), "{:?}", g.audit());
     }
 
-    /// The worked examples of the dossier §2, row by row.
+    /// The kernel's limits (`mm_update_max_cids`, design.md §3) on worked examples, row by row.
     #[test]
     fn limits_follow_the_kernel_table() {
         // N=4, 4 allowed: users 1..4 -> max 1,2,3,4 per-task; 5 -> per-CPU with thrs 2.

@@ -13,8 +13,8 @@ use std::ptr::NonNull;
 /// A registration's shared record, on its own cache lines: written by its owner on every enter and exit, and
 /// by fixups only with CAS (design.md §2.2). `repr(C)`: the word and `running` come first and the hot counters
 /// right after them (`Ev`'s order), so the fast paths and the temporary path touch the record's first 64 bytes
-/// only. (Before session 7 Rust placed the 8-aligned counters first and the word at byte 152, so every per-task
-/// enter touched two lines of the record.)
+/// only. (Left to itself, Rust places the 8-aligned counters first and the word at byte 152, so every per-task
+/// enter would touch two lines of the record.)
 #[repr(C, align(128))]
 pub(crate) struct RegRec {
     /// Registration word: `UNSET` or the CID this registration owns.
@@ -524,7 +524,7 @@ impl Registration {
                 return Held::Task(w); // nothing free below max yet: keep it, converge at a later enter
             }
             if g.mutant(MUTANT_CONVERGE_TAKES_FIRST) {
-                // Loom model 8's twin: the order before session 10, taking the new CID before giving `w` up.
+                // Loom model 8's twin (`ConvergeTakesFirst`): the new CID taken before `w` is given up.
                 let Some(n) = g.bitmap.try_get(max) else {
                     return Held::Task(w);
                 };
@@ -1093,7 +1093,7 @@ mod tests {
     }
 
     /// `reg`'s next enter must converge from its one out-of-range CID to CID 0, with no bit set in the bitmap
-    /// where a preempted converger would sit (taking first, as before session 10, shows two there).
+    /// where a preempted converger would sit (taking first, `ConvergeTakesFirst`'s order, shows two there).
     fn assert_converges_holding_nothing(group: &Group, reg: &mut Registration) {
         let cid = reg.enter().cid().get();
         let seen = MID_CONVERGENCE.with(|seen| seen.take());

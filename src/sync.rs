@@ -3,7 +3,7 @@
 //! directly).
 //!
 //! Under `--cfg loom` every atomic, fence, `Arc`, `Mutex` and spin hint used by the allocator comes from loom, so
-//! the loom models in `loom-tests/` check the library's real code, not a copy (STYLE.md §2.1).
+//! the loom models in `loom-tests/` check the library's real code, not a copy.
 
 #[cfg(loom)]
 mod imp {

@@ -996,7 +996,7 @@ pub(crate) mod tests {
     /// thread must survive (an abort that jumped to a wrong address, or a bad signature, would kill it). A plain
     /// load and store in place of the sequence, made by hand when this was written, lost 166–2475 of the
     /// handlers' increments in three runs out of three; with the worker stopping after 100 handled signals it
-    /// lost only 1–11 and escaped in one run in twenty (test review, session 6), so the worker now goes on until
+    /// lost only 1–11 and escaped in one run in twenty, so the worker now goes on until
     /// 2000 signals were handled. The sender sends the next signal only once the last one was handled (signals
     /// pending at once coalesce into one, so sending blindly made the count depend on how often the worker ran);
     /// 30 s for one signal is only a deadlock detector.
