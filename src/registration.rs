@@ -837,7 +837,7 @@ impl Registration {
     }
 
     /// A task → CPU switch ran while we were inside: the CID leaves the registration, adopted by our core if the
-    /// switch has completed and the core owns none (kernel V2 4/4), else dropped (design.md §4.4).
+    /// switch has completed and the core owns none (kernel 4463c7aa11a6), else dropped (design.md §4.4).
     #[cold]
     fn exit_slow_task(&mut self, w: u32, m: u32) {
         if m & ONCPU == 0 {

@@ -1249,7 +1249,7 @@ fn kernel_concurrent_registrations_during_switch() {
     }
 }
 
-/// Adoption (kernel V2 4/4): a registration inside its guard across a completed task → CPU switch gives its CID
+/// Adoption (kernel 4463c7aa11a6): a registration inside its guard across a completed task → CPU switch gives its CID
 /// to its core at exit instead of two bitmap operations.
 #[test]
 fn transitional_cid_adopted_by_core_after_switch() {
