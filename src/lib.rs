@@ -30,42 +30,49 @@
 //! its core's CID in use by a thread descheduled inside its guard takes a temporary CID: nobody ever waits.
 //!
 //! Mode switches happen only at [`Group::register`], registration drop and [`Group::set_cpus_allowed`], in two
-//! phases as in the kernel since 2026 (single mode word, a fence after the flip, a fixup walk over an explicit
-//! registration list, release of the final mode). The Dekker pairs between enter/exit and the fixup use
-//! `membarrier` on the rare side and compiler fences on the hot side where the kernel allows it.
+//! phases as in the kernel's ownership design of Linux 6.19 with its fixes of 2026 (one mode word and a fence on
+//! each side of the walk, commit 47ee94efccf6; a fixup walk over an explicit registration list, as the kernel's
+//! `user_list` of commit 192d852129b1; release of the final mode). The Dekker pairs between enter/exit and the
+//! fixup use `membarrier` on the rare side and compiler fences on the hot side where the kernel allows it. The
+//! [design](docs::design) defines the kernel's terms ([Terms](docs::design#terms)) and has the state machines,
+//! the state tables and the table of every atomic access.
 //!
 //! Every ordering is model-checked with loom (`loom-tests/`; the restartable sequences are modelled, not run),
 //! each protected ordering with a mutant that loom rejects (one, F4's Release, only in a litmus copy: no model of
-//! the real code needs it, `docs/loom.md`). The
-//! state machines, state tables and the table of every atomic access are in `docs/design.md`.
+//! the real code needs it); the [loom page](docs::loom) lists the models and how to run them.
 //!
 //! ## Costs, and how long to hold a guard
 //!
-//! `docs/benchmarks.md` has every number with its run and its same-run peers. In a loop shaped like user code
-//! (`examples/use_case.rs`), an enter, an update of a 56-byte record in the guard's [`PerCid`] shard and the exit
-//! cost about 1.2 times what `thread_local` costs for the same update in per-task mode, a little more through
-//! [`Group::enter`], and about twice that in per-CPU mode (a restartable sequence, or one CAS, to borrow the core's
-//! CID). A guard is a CID reservation like the kernel's "running on a CPU", so keep it around the work on per-CID
-//! data: a thread that blocks or is preempted inside its guard keeps its CID, so the next thread entering on that
-//! core borrows one of the core's extra CIDs (CID sets, [`GroupBuilder::cids_per_core`]), and a group where half
-//! the threads hold guards at once switches to per-task ownership (docs/design.md §3.1).
+//! `docs/benchmarks.md` (in the repository and the package) has every number with its run and its same-run
+//! peers. In a loop shaped like user code (`examples/use_case.rs`), an enter, an update of a 56-byte record in the
+//! guard's [`PerCid`] shard and the exit cost about 1.2 times what `thread_local` costs for the same update in
+//! per-task mode, a little more through [`Group::enter`], and about twice that in per-CPU mode (a restartable
+//! sequence, or one CAS, to borrow the core's CID). A guard is a CID reservation like the kernel's "running on a
+//! CPU", so keep it around the work on per-CID data: a thread that blocks or is preempted inside its guard keeps
+//! its CID, so the next thread entering on that core borrows one of the core's extra CIDs (CID sets,
+//! [`GroupBuilder::cids_per_core`]), and a group where half the threads hold guards at once switches to per-task
+//! ownership ([design §3.1](docs::design#31-occupancy-per-task-ownership-when-guards-are-held-across-deschedules)).
 //! [`Stats::enter_cpu_extra`] and [`Stats::enter_temporary`] against the other `enter_*` counts of
 //! [`Group::stats`] show how often that happens.
 //!
 //! ## Invariants
 //!
-//! I1 exclusivity, I2 range, I3 stability, I4 convergence, I5 accounting, I6 progress, I7 unwind safety, I8
-//! hand-over visibility, I9 typed errors: see `docs/design.md` and the tests named after them.
+//! [I1 exclusivity](docs::design#i1), [I2 range](docs::design#i2), [I3 stability](docs::design#i3),
+//! [I4 convergence](docs::design#i4), [I5 accounting](docs::design#i5), [I6 progress](docs::design#i6),
+//! [I7 unwind safety](docs::design#i7), [I8 hand-over visibility](docs::design#i8),
+//! [I9 typed errors](docs::design#i9): the design's [invariants table](docs::design#invariants) gives each one's
+//! statement, the code that enforces it, and the tests and loom models (named after them) that check it.
 //!
-//! **The range bound, exactly (I2).** At every instant at most `users + K · cores` CIDs are in use
-//! ([`Group::users`], [`Group::cores`], `K` = [`Group::cids_per_core`]): each registration holds at most one, and
-//! each core at most `K` (one with `cids_per_core(1)`, the kernel's design; the extra ones only while guards held
-//! by descheduled threads need them, docs/design.md §2.6). Each CID is below that bound *when it is handed out*,
-//! with `users` as it was then; it is not checked again. A guard keeps its CID for its whole life, and a
-//! registration its per-task CID between guards, while other registrations drop, so a live CID is below the
-//! largest bound since it was taken (at most the group's peak), not necessarily below today's. Once membership
-//! stops shrinking, its holder converges to a CID below [`Group::max_cids`] at a later enter (I4), when a lower one
-//! is free:
+//! **The range bound, exactly ([I2](docs::design#i2)).** At every instant at most `users + K · cores` CIDs are in
+//! use ([`Group::users`], [`Group::cores`], `K` = [`Group::cids_per_core`]): each registration holds at most one,
+//! and each core at most `K` (one with `cids_per_core(1)`, the kernel's design; the extra ones only while guards
+//! held by descheduled threads need them, [design §2.6](docs::design#26-several-cids-per-core-a-cores-cid-set)).
+//! Each CID is below that bound *when it is handed out*, with `users` as it was then; it is not checked again. A
+//! guard keeps its CID for its whole life, and a registration its per-task CID between guards, while other
+//! registrations drop, so a live CID is below the largest bound since it was taken (at most the group's peak), not
+//! necessarily below today's ([design §12.4](docs::design#124-the-range-bound-exactly-i2)). Once membership stops
+//! shrinking, its holder converges to a CID below [`Group::max_cids`] at a later enter ([I4](docs::design#i4)),
+//! when a lower one is free:
 //!
 //! ```
 //! use mmcid::{CidKind, Group};
@@ -88,7 +95,7 @@
 //! ## Platform and process events
 //!
 //! What a group does when the platform or the process does something the protocol cannot see coming
-//! (`docs/design.md` §12 has the arguments).
+//! ([design §12](docs::design#12-platform-and-process-events) has the arguments).
 //!
 //! * **No `membarrier` or no rseq.** Where the process cannot register for `membarrier` (old kernels, a
 //!   seccomp filter at start-up) or [`GroupBuilder::asymmetric_fences`] is off, enter and exit pay a full fence
@@ -169,6 +176,15 @@ pub use state::Mode;
 #[cfg(loom)]
 pub use state::Mutant;
 pub use stats::Stats;
+
+/// The crate's design documents, published with the API docs (their sources are `docs/*.md` in the package).
+pub mod docs {
+    #[doc = include_str!("../docs/design.md")]
+    pub mod design {}
+
+    #[doc = include_str!("../docs/loom.md")]
+    pub mod loom {}
+}
 
 /// The README's code blocks, compiled and run as doctests so the front page never rots.
 #[cfg(doctest)]
