@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks what `cargo package` would publish (CI runs this): no warning, and the file list holds what a user needs and
 # nothing else. Required: the manifest, the front page, the changelog, both licenses, the library, and the docs the
-# crate docs and the README point to. Allowed besides: library sources, docs, and the examples', tests' and benches'
+# crate docs and the README point to (src/lib.rs includes docs/design.md and docs/loom.md with include_str!, so the
+# package would not build without them). Allowed besides: library sources, docs, and the examples', tests' and benches'
 # sources. Anything else (.ci, scripts, loom-tests, policies, logs, data) fails the check. Needs no network once the
 # dependencies are in cargo's cache; writes only target/package/.
 set -euo pipefail
