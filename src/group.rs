@@ -686,10 +686,14 @@ fn cids_per_core_limit(cores: usize) -> usize {
     (MAX_BITS / 2 / cores).clamp(1, MAX_CIDS_PER_CORE)
 }
 
-/// Whether `holders` guards held at once in per-CPU mode make per-task ownership of `users` CIDs worth it (design.md
-/// §3.1): at least half the users, so per-task ownership needs at most twice the CIDs the holders need anyway.
-fn occupied_at(holders: usize, users: usize) -> bool {
-    holders * 2 >= users
+/// Whether `holders` guards held at once in per-CPU mode, with `cores` the group's `max_cids` (in per-CPU mode the
+/// cores it may use), make per-task ownership of `users` CIDs
+/// worth it (design.md §3.1): at least half the users, so per-task ownership needs at most twice the CIDs the
+/// holders need anyway, and more than twice the cores, so most holders are descheduled threads and per-CPU ownership
+/// could not stay compact (without the second condition, threads that start one after another, a few of them
+/// already inside guards while the rest still register, would switch a group that needs only its cores).
+fn occupied_at(holders: usize, users: usize, cores: usize) -> bool {
+    holders * 2 >= users && holders > 2 * cores
 }
 
 /// The most cores (virtual or real) a group covers: one cache-padded slot each, and the core number must fit the
@@ -1123,19 +1127,21 @@ impl Inner {
         Flip::None
     }
 
-    /// Per-CPU mode, and an enter found its core's first CID held (design.md §3.1): if at least half the users hold a
-    /// guard right now (borrowed slots and temporaries), per-CPU ownership saves at most half the CIDs, and the
-    /// group switches to per-task ownership. Only tries the lifecycle lock: an enter never waits (I6).
+    /// Per-CPU mode, and an enter found its core's first CID held (design.md §3.1): if at least half the users, and
+    /// more than twice the cores, hold a guard right now (borrowed slots and temporaries), per-CPU ownership saves at
+    /// most half the CIDs, and the group switches to per-task ownership. Only tries the lifecycle lock: an enter never waits (I6).
     #[cold]
     #[inline(never)]
     pub(crate) fn check_occupancy(&self) {
         // Relaxed: a hint (the decision is taken again under the lock).
-        if !occupied_at(self.holders(), self.users.load(Ordering::Relaxed)) {
+        if !occupied_at(self.holders(), self.users.load(Ordering::Relaxed), self.max_cids()) {
             return;
         }
         let Some(mut life) = self.life.try_lock() else { return };
         // Relaxed: we hold the lifecycle lock, and only its holder stores the mode.
-        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU || life.occupied || !occupied_at(self.holders(), life.users)
+        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU
+            || life.occupied
+            || !occupied_at(self.holders(), life.users, self.max_cids())
         {
             return;
         }

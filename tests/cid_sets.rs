@@ -126,26 +126,29 @@ fn exits_release_the_slot_they_borrowed() {
     assert_consistent(&g);
 }
 
-/// The occupancy switch (design.md §3.1): when half the users hold a guard at once in per-CPU mode, the enter that
-/// needs one more CID switches the group to per-task mode, with `max_cids` raised to `users`; the live guards keep
-/// their CIDs and resolve them at exit (adopted as the registration's own); registrations then own CIDs below
-/// `users`, and new ones do not switch the group back to per-CPU mode.
+/// The occupancy switch (design.md §3.1): when half the users, and more than twice the cores, hold a guard at once
+/// in per-CPU mode, the enter that needs one more CID switches the group to per-task mode, with `max_cids` raised to
+/// `users`; the live guards keep their CIDs and resolve them at exit (adopted as the registration's own);
+/// registrations then own CIDs below `users`, and new ones do not switch the group back to per-CPU mode.
 #[test]
 fn half_the_users_holding_guards_switch_to_per_task() {
     let g = group(1, 4);
     let mut regs = regs_on(&g, 4, 0);
     assert_eq!((g.mode(), g.max_cids()), (Mode::PerCpu, 1));
-    let (a, rest) = regs.split_at_mut(1);
-    let ga = a[0].enter();
-    assert_eq!(g.mode(), Mode::PerCpu, "one holder of four");
-    let gb = rest[0].enter(); // a second holder: 2 of 4, the core needs one more CID
-    assert_eq!(gb.kind(), CidKind::Core(0));
-    assert_eq!((g.mode(), g.max_cids()), (Mode::PerTask, 4), "switched while both guards live");
-    assert_ne!(ga.cid(), gb.cid(), "I1 across the switch");
-    drop((ga, gb));
+    let [a, b, c, _] = &mut regs[..] else { unreachable!() };
+    let ga = a.enter();
+    let gb = b.enter();
+    assert_eq!(g.mode(), Mode::PerCpu, "two holders of four users on one core: not more than twice the cores");
+    let gc = c.enter(); // a third holder: 3 of 4, more than 2 × 1 core, and the core needs one more CID
+    assert_eq!(gc.kind(), CidKind::Core(0));
+    assert_eq!((g.mode(), g.max_cids()), (Mode::PerTask, 4), "switched while the guards live");
+    let mut live = [ga.cid(), gb.cid(), gc.cid()];
+    live.sort_unstable();
+    assert!(live[0] != live[1] && live[1] != live[2], "I1 across the switch: {live:?}");
+    drop((ga, gb, gc));
     assert_consistent(&g);
     let s = g.stats();
-    assert_eq!((s.switches_to_per_cpu, s.switches_to_per_task, s.exit_adopt), (1, 1, 2), "{s:?}");
+    assert_eq!((s.switches_to_per_cpu, s.switches_to_per_task, s.exit_adopt), (1, 1, 3), "{s:?}");
     let mut cids: Vec<_> = regs
         .iter_mut()
         .map(|r| {
@@ -166,6 +169,19 @@ fn half_the_users_holding_guards_switch_to_per_task() {
     let regs: Vec<_> = (0..3).map(|_| g.register()).collect();
     assert_eq!(g.mode(), Mode::PerCpu, "not occupied any more");
     drop(regs);
+}
+
+/// Few holders among many users stay per-CPU: threads starting one after another, the first ones already inside
+/// guards, must not switch a group that needs only its cores.
+#[test]
+fn holders_within_twice_the_cores_keep_per_cpu_ownership() {
+    let g = group(1, 4);
+    let mut regs = regs_on(&g, 3, 0);
+    let [a, b, _] = &mut regs[..] else { unreachable!() };
+    let (ga, gb) = (a.enter(), b.enter()); // 2 of 3 users hold guards: more than half, but not more than 2 cores
+    assert_eq!(g.mode(), Mode::PerCpu);
+    drop((ga, gb));
+    assert_consistent(&g);
 }
 
 /// With one CID per core the occupancy switch never runs: the kernel's rules exactly.

@@ -1,7 +1,7 @@
 //! Model 15: CID sets (design.md §2.6). With two CIDs per core, a guard that finds its core's first CID held
 //! borrows the core's second slot (donating a fresh CID into it), and its exit releases that slot, whichever core
-//! it runs on, while a CPU → task switch sweeps every slot of every core. The occupancy switch (§3.1) may run
-//! inside that enter: two holders of three users.
+//! it runs on, while a CPU → task switch sweeps every slot of every core. (The occupancy switch of §3.1 needs more
+//! holders than twice the cores, more than this model has; the switch it runs is §5's, checked by models 3, 4, 6.)
 //!
 //! Four virtual cores of which two are allowed (max_cids 2, thrs 2 in per-CPU mode), `cids_per_core(2)`.
 #![cfg(loom)]
@@ -14,8 +14,8 @@ fn group(mutant: Mutant) -> Group {
     Group::builder().virtual_cpus(4).cpus_virtual([0, 1]).cids_per_core(2).mutant(mutant).build().unwrap()
 }
 
-/// The main thread holds core 0's first CID in a guard while T1, on core 0 too, enters (the core's second slot, or
-/// per-task after an occupancy switch) and leaves; meanwhile the main thread drops its guard and two users, which
+/// The main thread holds core 0's first CID in a guard while T1, on core 0 too, enters (the core's second slot) and
+/// leaves; meanwhile the main thread drops its guard and two users, which
 /// switches the group back to per-task mode and sweeps both slots of every core, registers again and enters.
 fn extra_vs_sweep(name: &'static str, mutant: Mutant) {
     model(name, move || {
