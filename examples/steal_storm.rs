@@ -1,7 +1,8 @@
 //! Steal storms: registrations left in per-CPU mode with fewer users than cores, moving between cores, so that a
 //! core's CID is out of range at most enters and convergence takes an idle in-range CID from another core
-//! (design.md §4.5; in a group with restartable sequences each steal is a claim and an RSEQ membarrier). Prints,
-//! per scenario, the steals, the switches and the time per enter+exit pair.
+//! (design.md §4.5; in a group with restartable sequences each steal is a claim and an RSEQ membarrier), and what
+//! the switch to per-task mode that such storms trigger (§4.5.1) leaves. Prints, per scenario, the steals, the
+//! switches and the time per enter+exit pair.
 //!
 //! ```text
 //! cargo run --release --example steal_storm -- [--scenario NAME] [--enters N]
@@ -39,7 +40,8 @@ usage: steal_storm [options]
   -h, --help            this text
 
 Prints one line per scenario: the pairs, the steals, the switches to per-task mode, the group's mode at the end,
-and the mean time per enter+exit pair (the pinning of `lone` is not included).
+the mean time per enter+exit pair (with two clock reads, whose cost clock_ns gives; the pinning of `lone` is not
+included) and the enters by path.
 ";
 
 /// Every flag of the command line.
@@ -87,16 +89,29 @@ fn pair(reg: &mut Registration) -> Duration {
     start.elapsed()
 }
 
+/// The mean cost of the two clock reads around a pair, in ns: measured on an empty pair, and included in
+/// `ns_per_pair`.
+fn clock_ns(n: u64) -> f64 {
+    let mut took = Duration::ZERO;
+    for _ in 0..n {
+        let start = Instant::now();
+        std::hint::black_box(&start);
+        took += start.elapsed();
+    }
+    took.as_nanos() as f64 / n as f64
+}
+
 fn report(scenario: &str, group: &Group, n: u64, took: Duration, note: &str) {
     let s = group.stats();
     outln!(
         "scenario={scenario} rseq={} pairs={n} steals={} switches_to_per_task={} mode_at_end={:?} \
-         ns_per_pair={:.0} cpu_fast={} cpu_slow={} task_fast={}{note}",
+         ns_per_pair={:.0} clock_ns={:.0} cpu_fast={} cpu_slow={} task_fast={}{note}",
         group.uses_rseq(),
         s.steals,
         s.switches_to_per_task,
         group.mode(),
         took.as_nanos() as f64 / n as f64,
+        clock_ns(n),
         s.enter_cpu_fast,
         s.enter_cpu_slow,
         s.enter_task_fast,
