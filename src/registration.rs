@@ -945,7 +945,8 @@ impl Drop for Registration {
 ///
 /// A guard passed to [`std::mem::forget`] holds its CID until its registration's next enter or drop, which give
 /// back what it held as its drop would have; a registration never holds more than one CID. (A forgotten guard of
-/// [`Group::enter`] owns its registration, which then stays registered until the process ends.)
+/// [`Group::enter`] owns its registration, which then stays registered, holding what the guard held, until its
+/// thread exits: docs/design.md §9.1.1.)
 ///
 /// ```
 /// let group = mmcid::Group::builder().virtual_cpus(1).build()?;
