@@ -339,7 +339,8 @@ extern "C" fn reap(_: *mut libc::c_void) {
     let lent = unsafe { Box::from_raw(lent) };
     for reg in *lent {
         // SAFETY: a lent registration is an owned `Box::into_raw` pointer; its guard never ran its drop (it would
-        // have taken it out of `LENT`), and never will: the thread runs no more Rust code that could hold it.
+        // have taken it out of `LENT`), and never will: every thread-local that could hold it is destroyed, a guard
+        // cannot leave its thread (`!Send`), and `Group::enter` forbids unsafe code to keep one alive past this.
         drop(unsafe { Box::from_raw(reg.as_ptr()) });
     }
 }
@@ -473,7 +474,7 @@ impl Group {
 
     /// Unregisters the calling thread's pooled registrations of this group now instead of at thread exit;
     /// returns how many there were. A guard of [`Group::enter`] still live on the thread keeps its registration,
-    /// which is parked again when the guard drops: call this after dropping them. Not for signal handlers (see
+    /// which goes back to the layer when the guard drops: call this after dropping them. Not for signal handlers (see
     /// [`Group::enter`]).
     ///
     /// ```

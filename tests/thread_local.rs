@@ -311,36 +311,46 @@ fn forgotten_guards_are_given_back_at_thread_exit() {
     assert_empty(&group);
 }
 
-/// A guard held by a thread-local is still live when the layer's thread-locals are destroyed, and its owner may pass
-/// it to `mem::forget` there instead of dropping it: it is given back after the thread-local destructors.
+/// A guard held by a thread-local is still live when the layer's thread-locals are destroyed: its registration is
+/// the slot's, in use, when the slot's closer runs. Its owner then drops it (the registration goes at once) or
+/// passes it to `mem::forget` (the registration goes after the thread-local destructors, with what the guard held).
 #[test]
-fn guard_forgotten_in_a_thread_local_destructor_is_given_back() {
-    let (group, probe) = (Group::new(), Group::new());
-    let seen = Arc::new(Mutex::new(None));
-    let (g, p, out) = (group.clone(), probe.clone(), seen.clone());
-    thread::spawn(move || {
-        arm_hook(); // before the layer's thread-locals
-        pool_a_probe(&p);
-        drop(g.enter()); // G1 takes the slot, P2 goes to the pool
-        let held = g.enter(); // G1, in use in the slot
-        assert_eq!((g.users(), p.users()), (1, 2));
-        let p2 = p.clone();
-        run_after_the_layer(
-            move || p2.users() == 0,
-            move |late| {
-                std::mem::forget(held);
-                *out.lock().unwrap() = Some((late, g.users()));
-            },
+fn guard_in_use_when_the_slot_closes_is_given_back_dropped_or_forgotten() {
+    for forget in [false, true] {
+        let (group, probe) = (Group::new(), Group::new());
+        let seen = Arc::new(Mutex::new(None));
+        let (g, p, out) = (group.clone(), probe.clone(), seen.clone());
+        thread::spawn(move || {
+            arm_hook(); // before the layer's thread-locals
+            pool_a_probe(&p);
+            drop(g.enter()); // G1 takes the slot, P2 goes to the pool
+            let held = g.enter(); // G1, in use in the slot
+            assert_eq!((g.users(), p.users()), (1, 2));
+            let p2 = p.clone();
+            run_after_the_layer(
+                move || p2.users() == 0,
+                move |late| {
+                    if forget {
+                        std::mem::forget(held);
+                    } else {
+                        drop(held);
+                    }
+                    *out.lock().unwrap() = Some((late, g.users()));
+                },
+            );
+        })
+        .join()
+        .unwrap();
+        let (late, users_then) = seen.lock().unwrap().take().expect("the late destructor ran");
+        eprintln!("late destructor: handed on {} times, layer gone: {}", late.hops, late.layer_gone);
+        assert!(late.layer_gone, "no destructor ran after the layer's ({late:?})");
+        assert_eq!(
+            users_then, forget as usize,
+            "forget {forget}: a dropped guard's registration goes at once, a forgotten one's after the destructors"
         );
-    })
-    .join()
-    .unwrap();
-    let (late, users_then) = seen.lock().unwrap().take().expect("the late destructor ran");
-    eprintln!("late destructor: handed on {} times, layer gone: {}", late.hops, late.layer_gone);
-    assert!(late.layer_gone, "no destructor ran after the layer's ({late:?})");
-    assert_eq!(users_then, 1, "the forgotten guard's registration, until the thread-local destructors are done");
-    assert_empty(&group);
-    assert_empty(&probe);
+        assert_empty(&group);
+        assert_empty(&probe);
+    }
 }
 
 #[test]
