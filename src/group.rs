@@ -1152,6 +1152,28 @@ impl Inner {
         self.apply(&mut life, Flip::ToPerTask);
     }
 
+    /// A registration's steal took back the CID its previous steal had moved (design.md §4.5.1): per-CPU ownership
+    /// makes a CID follow a thread from core to core. If per-task ownership is a state the kernel's rules keep at
+    /// this membership (`users ≤ max_cids`: no register since would have switched back to per-CPU mode), switch to
+    /// it. Only tries the lifecycle lock: an enter never waits (I6).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn check_steal_storm(&self) {
+        // Relaxed: a hint (the decision is taken again under the lock).
+        if self.users.load(Ordering::Relaxed) > self.max_cids() {
+            return;
+        }
+        let Some(mut life) = self.life.try_lock() else { return };
+        // Relaxed: we hold the lifecycle lock, and only its holder stores the mode and `max_cids`.
+        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU || life.users > self.max_cids() {
+            return;
+        }
+        life.thrs = 0;
+        let flip = self.update_limits(&mut life);
+        debug_assert!(matches!(flip, Flip::None), "per-CPU mode, no threshold: only this switch is due");
+        self.apply(&mut life, Flip::ToPerTask);
+    }
+
     /// Guards holding a CID now, as a racy snapshot in per-CPU mode: BUSY slots, plus the set bits no slot owns
     /// (temporaries; registration words are UNSET in per-CPU mode but for transitions).
     fn holders(&self) -> usize {

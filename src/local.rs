@@ -17,6 +17,11 @@
 //! groups or `ShardedCounter`s one after another keeps at most one dead registration; registrations of groups
 //! abandoned since the thread's last slow-path call stay until its next one (or its exit).
 //!
+//! A guard passed to `mem::forget` cannot be told from a live outer guard at the thread's next enter, so its
+//! registration stays its own (in the list of lent registrations) and the slot takes another one: later enters are
+//! the fast path again. At thread exit, after every thread-local destructor, a pthread key destructor drops what is
+//! still lent, giving back what the forgotten guards held (design.md §9.1.1).
+//!
 //! Limit: a thread whose first `Group::enter` runs inside a `pthread_key_create` destructor (after Rust's
 //! thread-local destructors) can no longer register the thread-exit hook, so its registration is never dropped.
 
@@ -60,8 +65,9 @@ impl Parked {
 }
 
 /// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot. A
-/// registration in use is left to its guard (held by another thread-local's destructor), whose give-back finds the
-/// slot closed and drops it.
+/// registration in use goes to `LENT`: its guard, if live (held by another thread-local's destructor), finds the
+/// slot closed at its give-back and drops it; if the guard was passed to `mem::forget`, `reap` drops it after the
+/// thread-local destructors (design.md §9.1.1).
 struct Closer;
 
 impl Drop for Closer {
@@ -69,17 +75,28 @@ impl Drop for Closer {
         let _ = PARKED.try_with(|p| {
             let in_use = p.id.get() == 0;
             let reg = p.close();
-            if !in_use && !reg.is_null() && reg != closed_marker() {
-                // SAFETY: a non-null `reg` other than the closed marker (set here and by `take_slow`) is a
-                // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
-                drop(unsafe { Box::from_raw(reg) });
+            if let Some(reg) = NonNull::new(reg).filter(|&r| r.as_ptr() != closed_marker()) {
+                if in_use {
+                    lend(reg);
+                } else {
+                    // SAFETY: a non-null `reg` other than the closed marker (set here and by `take_slow`) is a
+                    // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
+                    drop(unsafe { Box::from_raw(reg.as_ptr()) });
+                }
             }
         });
     }
 }
 
+/// Registrations the layer handed out that are not the slot's: owned by their guards (or in-place enters) until
+/// given back, by a guard that may also have been passed to `mem::forget` (design.md §9.1.1).
+type Lent = Vec<NonNull<Registration>>;
+
 thread_local! {
     static PARKED: Parked = const { Parked { id: Cell::new(0), reg: Cell::new(ptr::null_mut()) } };
+    /// The thread's `Lent` list: null, or an owned `Box::into_raw` pointer. A raw pointer in a const `Cell` has no
+    /// destructor, so the list is still there when `reap` runs, after every thread-local destructor.
+    static LENT: Cell<*mut Lent> = const { Cell::new(ptr::null_mut()) };
     static CLOSER: Closer = const { Closer };
     // Boxed: a `Group::enter` guard owns its registration through a raw pointer, and moving a box in and out of the
     // pool moves one pointer, not the registration.
@@ -179,25 +196,45 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
         })
         .unwrap_or_default();
     drop(dead);
-    let reg = pooled.unwrap_or_else(|| Box::new(group.register_uncounted()));
-    NonNull::from(Box::leak(reg))
+    let reg = NonNull::from(Box::leak(pooled.unwrap_or_else(|| Box::new(group.register_uncounted()))));
+    use_in_slot(reg);
+    reg
+}
+
+/// `reg` was just taken for a guard or an in-place enter: make it the slot's registration in use, so that its
+/// give-back is the fast path. An empty slot takes it; so does a slot whose registration is in use, by a guard that
+/// is live (nested enters) or was passed to `mem::forget` (the two cannot be told apart, design.md §9.1.1): that
+/// registration stays its guard's, in `LENT`, and the thread's later enters find `reg` parked instead of taking the
+/// slow path for ever. A slot parked for another group keeps its registration (`give_back_slow` evicts it), and a
+/// closed one takes nothing: `reg` is lent then.
+fn use_in_slot(reg: NonNull<Registration>) {
+    let lent = PARKED
+        .try_with(|p| {
+            let (id, slot) = (p.id.get(), p.reg.get());
+            if slot.is_null() {
+                p.id.set(0);
+                p.reg.set(reg.as_ptr());
+                None
+            } else if id == 0 {
+                NonNull::new(p.reg.replace(reg.as_ptr()))
+            } else {
+                Some(reg)
+            }
+        })
+        .unwrap_or(Some(reg));
+    if let Some(lent) = lent {
+        lend(lent);
+    }
 }
 
 /// Gives back a registration of group `id` taken with `take` (an owned `Box::into_raw` pointer): marks it parked
-/// if it is the slot's registration in use (the common case: one store), parks it if the slot is empty; else see
-/// `give_back_slow`.
+/// if it is the slot's registration in use (the common case: one store); else see `give_back_slow`.
 #[inline(always)]
 pub(crate) fn give_back(reg: NonNull<Registration>, id: u64) {
     let parked = PARKED
         .try_with(|p| {
-            let slot = p.reg.get();
-            if slot == reg.as_ptr() {
+            if p.reg.get() == reg.as_ptr() {
                 p.id.set(id);
-                return true;
-            }
-            if slot.is_null() {
-                p.id.set(id);
-                p.reg.set(reg.as_ptr());
                 return true;
             }
             false
@@ -208,19 +245,20 @@ pub(crate) fn give_back(reg: NonNull<Registration>, id: u64) {
     }
 }
 
-/// The slot holds another registration (or is gone). Most recently used wins: a registration of another group
-/// than the parked one takes the slot and the parked one goes to the pool, so a thread that moves on to another
-/// group gets the fast path there after one call. Same group (nested guards), a slot registration in use (its
-/// guard gives it back later), closed slot, or thread-locals gone: to the pool, which drops (unregisters) it if the
-/// pool is gone too.
+/// A lent registration comes back (`LENT`). Into an empty slot (`leave_thread` emptied it meanwhile): parked. Most
+/// recently used wins: a registration of another group than the parked one takes the slot and the parked one goes
+/// to the pool, so a thread that moves on to another group gets the fast path there after one call. Same group
+/// (nested guards), a slot registration in use (its guard gives it back later), closed slot, or thread-locals gone:
+/// to the pool, which drops (unregisters) it if the pool is gone too.
 #[cold]
 fn give_back_slow(reg: NonNull<Registration>) {
+    unlend(reg);
     // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases nothing mutable.
     let id = unsafe { reg.as_ref() }.group().id();
     // Ok(evicted occupant, if any): `reg` is parked now; Err: it is not.
     let parked = PARKED.try_with(|p| {
         let occupant = p.id.get();
-        if occupant == id || occupant == CLOSED_ID || occupant == 0 {
+        if !p.reg.get().is_null() && (occupant == id || occupant == CLOSED_ID || occupant == 0) {
             return Err(());
         }
         p.id.set(id);
@@ -228,11 +266,83 @@ fn give_back_slow(reg: NonNull<Registration>) {
     });
     let to_pool = match parked {
         Ok(Ok(Some(evicted))) => evicted,
-        Ok(Ok(None)) => return, // the slot had emptied meanwhile (cannot happen on one thread): parked
+        Ok(Ok(None)) => return, // the slot was empty: parked
         Ok(Err(())) | Err(_) => reg,
     };
     // SAFETY: `to_pool` is an owned `Box::into_raw` pointer that the slot (or the caller) no longer refers to.
     release(unsafe { Box::from_raw(to_pool.as_ptr()) });
+}
+
+/// Adds `reg` (owned by a guard or an in-place enter, not by the slot) to `LENT`; the first registration lent
+/// since the list was last freed makes the list and arms `reap` for this thread.
+#[cold]
+fn lend(reg: NonNull<Registration>) {
+    let _ = LENT.try_with(|l| {
+        if l.get().is_null() {
+            l.set(Box::into_raw(Box::default()));
+            arm_reaper();
+        }
+        // SAFETY: a non-null `LENT` is an owned `Box::into_raw` list that only this thread reaches, and nothing
+        // else borrows it now (`lend`, `unlend` and `reap` hold no reference across calls).
+        unsafe { &mut *l.get() }.push(reg);
+    });
+}
+
+/// Removes `reg` from `LENT` if it is there (a guard of it came back after all).
+fn unlend(reg: NonNull<Registration>) {
+    let _ = LENT.try_with(|l| {
+        // SAFETY: as in `lend`.
+        if let Some(lent) = unsafe { l.get().as_mut() } {
+            // From the end: a nested guard usually comes back before the ones lent earlier.
+            if let Some(at) = lent.iter().rposition(|&r| r == reg) {
+                lent.swap_remove(at);
+            }
+        }
+    });
+}
+
+/// The process's pthread key whose destructor is `reap` (made on first use; `None` if the C library had no key
+/// left, and then lent registrations of forgotten guards leak as they did before).
+fn reaper_key() -> Option<libc::pthread_key_t> {
+    static KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: `key` is a valid out-pointer and `reap` an `extern "C"` destructor for the key's values.
+        (unsafe { libc::pthread_key_create(&mut key, Some(reap)) } == 0).then_some(key)
+    })
+}
+
+/// Makes the C library run `reap` when this thread exits (a non-null value for the key).
+fn arm_reaper() {
+    if let Some(key) = reaper_key() {
+        // SAFETY: any pointer may be stored; `reap` never dereferences it. Failure (ENOMEM) leaves `reap` unarmed:
+        // forgotten guards' registrations then leak, as they did before.
+        let _ = unsafe { libc::pthread_setspecific(key, NonNull::<u8>::dangling().as_ptr().cast()) };
+    }
+}
+
+/// Thread exit, after the thread's thread-local destructors (the C library runs pthread-key destructors after
+/// them: glibc's `__call_tls_dtors` comes before `__nptl_deallocate_tsd`): every registration still in `LENT`
+/// belongs to a guard passed to `mem::forget`, since a guard held by a thread-local was dropped by its destructor
+/// by now. Drop each: `Registration`'s drop gives back what the guard held (design.md §4.6) and unregisters it.
+/// If the slot is not closed yet, `Closer` has not run (a C library that runs key destructors first, or interleaves
+/// them): ask for another round.
+extern "C" fn reap(_: *mut libc::c_void) {
+    if PARKED.try_with(|p| p.id.get() != CLOSED_ID).unwrap_or(false) {
+        return arm_reaper();
+    }
+    let lent = LENT.try_with(|l| l.replace(ptr::null_mut())).unwrap_or(ptr::null_mut());
+    if lent.is_null() {
+        return;
+    }
+    // SAFETY: a non-null `LENT` is an owned `Box::into_raw` list; `LENT` no longer refers to it.
+    let lent = unsafe { Box::from_raw(lent) };
+    for reg in *lent {
+        // SAFETY: a lent registration is an owned `Box::into_raw` pointer; its guard never ran its drop (it would
+        // have taken it out of `LENT`), and never will: every thread-local that could hold it is destroyed, a guard
+        // cannot leave its thread (`!Send`), and `Group::enter` forbids unsafe code to keep one alive past this.
+        drop(unsafe { Box::from_raw(reg.as_ptr()) });
+    }
 }
 
 /// Puts a registration in the calling thread's pool; drops (unregisters) it if the pool is gone or its group is
@@ -327,6 +437,12 @@ impl Group {
     /// running them after the scope returns (join its handle, or call [`Group::leave_thread`] at the end of its
     /// closure, to count on [`Group::users`] right after).
     ///
+    /// A guard passed to [`std::mem::forget`] keeps its CID and its registration until the thread exits, which
+    /// gives both back after the thread's thread-local destructors (a guard a thread-local holds may be dropped in
+    /// its destructor as usual); the thread's later calls use another registration. Unsafe code must not keep a
+    /// guard alive past that point (in a value under a `pthread_key_create` key, say): it is taken for a forgotten
+    /// one.
+    ///
     /// Not for signal handlers or a `#[global_allocator]`: a thread's first call allocates its registration, and
     /// a handler that interrupts the thread inside this layer (this call, a guard's drop, [`Group::leave_thread`],
     /// `ShardedCounter::add` or `sub`) reaches the same thread-local slot and pool as the interrupted call, so it
@@ -358,7 +474,7 @@ impl Group {
 
     /// Unregisters the calling thread's pooled registrations of this group now instead of at thread exit;
     /// returns how many there were. A guard of [`Group::enter`] still live on the thread keeps its registration,
-    /// which is parked again when the guard drops: call this after dropping them. Not for signal handlers (see
+    /// which goes back to the layer when the guard drops: call this after dropping them. Not for signal handlers (see
     /// [`Group::enter`]).
     ///
     /// ```
@@ -417,6 +533,44 @@ mod tests {
             }
             let entries = POOL.with(|pool| pool.borrow().len());
             assert!(entries <= 2, "{entries} pool entries after 100 short-lived groups");
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// The registrations `LENT` holds, in order.
+    fn lent() -> Vec<*mut Registration> {
+        // SAFETY: as in `lend`: nothing else borrows the list during this read.
+        LENT.with(|l| unsafe { l.get().as_ref() }.map(|l| l.iter().map(|r| r.as_ptr()).collect()).unwrap_or_default())
+    }
+
+    /// After a `Group::enter` guard passed to `mem::forget` (design.md §9.1.1), the thread's next enter takes the slot
+    /// for a new registration, which its guard's drop parks: later enters are the fast path again (before, the slot
+    /// stayed "in use" for ever and every enter went to the pool). The forgotten guard's registration waits in
+    /// `LENT`, as does the registration of a live outer guard while a nested enter runs, which comes back out.
+    #[test]
+    fn a_forgotten_guard_leaves_the_slot_to_another_registration() {
+        std::thread::spawn(|| {
+            let group = Group::new();
+            std::mem::forget(group.enter());
+            let forgotten = PARKED.with(|p| p.reg.get());
+            assert!(lent().is_empty());
+            drop(group.enter());
+            let (id, parked) = PARKED.with(|p| (p.id.get(), p.reg.get()));
+            assert_eq!(id, group.id(), "a registration is parked again: the next enter is the fast path");
+            assert_ne!(parked, forgotten);
+            assert_eq!(lent(), [forgotten]);
+            for _ in 0..10 {
+                drop(group.enter());
+                assert_eq!(PARKED.with(|p| (p.id.get(), p.reg.get())), (group.id(), parked));
+            }
+            let outer = group.enter();
+            let inner = group.enter();
+            assert_eq!(lent(), [forgotten, parked], "the outer guard's registration, while the inner one runs");
+            drop(inner);
+            drop(outer);
+            assert_eq!(lent(), [forgotten], "given back");
+            assert_eq!(group.users(), 3);
         })
         .join()
         .unwrap();

@@ -168,6 +168,10 @@ pub struct Registration {
     /// prediction: the borrow compares the slot with it, so a stale one just fails the borrow.
     hint_at: u32,
     hint_word: u32,
+    /// The slot into which this registration's last steal moved a CID (`slot_at`), or `u32::MAX`: a steal that
+    /// takes from it again takes back the CID it carried there, the sign of a steal storm (design.md §4.5.1).
+    /// Written only on the steal path.
+    stole_into: u32,
 }
 
 impl std::fmt::Debug for Registration {
@@ -186,6 +190,7 @@ impl Registration {
             outstanding: Entered::NOTHING,
             hint_at: u32::MAX,
             hint_word: EMPTY,
+            stole_into: u32::MAX,
         }
     }
 
@@ -621,7 +626,7 @@ impl Registration {
 
     /// We hold the first slot `at` of a core BUSY with CID `cid`: move it under `max` if it is not (I4,
     /// design.md §4.5). Nobody else writes a BUSY slot, so plain stores suffice here.
-    fn converge_core(&self, at: usize, cid: u32, max: usize) -> u32 {
+    fn converge_core(&mut self, at: usize, cid: u32, max: usize) -> u32 {
         if (cid as usize) < max {
             return cid;
         }
@@ -645,7 +650,19 @@ impl Registration {
         }
         // Every low CID is owned: reclaim one parked on a core nobody is using (stronger than the kernel), or on an
         // extra slot (design.md §2.6), of any core.
-        for (i, other) in g.all_slots() {
+        self.steal(at, cid, max).unwrap_or(cid)
+    }
+
+    /// Convergence of the first slot `at` of a core, held BUSY with CID `cid ≥ max`, when no CID below `max` is
+    /// free: take an idle one from another slot (design.md §4.5), first from the slot our last steal filled (the
+    /// CID we brought there), and if that is where it came from, see whether the group should leave per-CPU mode
+    /// (§4.5.1). `None` if no idle CID below `max` could be taken.
+    fn steal(&mut self, at: usize, cid: u32, max: usize) -> Option<u32> {
+        let g = &*self.group.inner;
+        let c = &self.rec.counters;
+        let back = self.stole_into as usize;
+        let ours = (self.stole_into != u32::MAX && back != at).then(|| (back, g.slot(back)));
+        for (i, other) in ours.into_iter().chain(g.all_slots()) {
             if i == at {
                 continue;
             }
@@ -653,16 +670,20 @@ impl Registration {
             if let Some(low) = slot::idle_cid(s).filter(|&l| (l as usize) < max) {
                 // Only tries the claim lock of rseq groups: enter never waits (I6).
                 if g.take_idle(i, s, false, c) {
-                    slot.store(slot::busy(low), Relaxed); // as above: a BUSY slot
+                    g.slot(at).store(slot::busy(low), Relaxed); // as in `converge_core`: a BUSY slot
                     g.bitmap.clear(cid);
                     c.bump(Ev::BitmapClear);
                     c.bump(Ev::Steal);
                     c.bump(Ev::Converge);
-                    return low;
+                    self.stole_into = at as u32;
+                    if i == back {
+                        g.check_steal_storm(); // the CID follows this thread from core to core
+                    }
+                    return Some(low);
                 }
             }
         }
-        cid
+        None
     }
 
     /// Where a whole per-CPU update may run as one restartable sequence (design.md §9.2): `(slot index, idle slot
@@ -924,7 +945,8 @@ impl Drop for Registration {
 ///
 /// A guard passed to [`std::mem::forget`] holds its CID until its registration's next enter or drop, which give
 /// back what it held as its drop would have; a registration never holds more than one CID. (A forgotten guard of
-/// [`Group::enter`] owns its registration, which then stays registered until the process ends.)
+/// [`Group::enter`] owns its registration, which then stays registered, holding what the guard held, until its
+/// thread exits: docs/design.md §9.1.1.)
 ///
 /// ```
 /// let group = mmcid::Group::builder().virtual_cpus(1).build()?;

@@ -95,8 +95,8 @@ pub struct Stats {
     /// of waiting (design.md §4.1.1); what the holder's drain takes counts in `fixup_takes`.
     pub exit_deferred: u64,
     /// Per-CPU and temporary guards that were passed to [`std::mem::forget`], found and given back at their
-    /// registration's next enter or drop (design.md §4.6). (A forgotten per-task guard needs nothing given back
-    /// and is not counted.)
+    /// registration's next enter or drop (design.md §4.6); for a guard of [`Group::enter`](crate::Group::enter),
+    /// when its thread exits (§9.1.1). (A forgotten per-task guard needs nothing given back and is not counted.)
     pub guards_forgotten: u64,
     /// Bits set in the CID bitmap.
     pub bitmap_sets: u64,

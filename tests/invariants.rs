@@ -708,6 +708,135 @@ fn threads_outside_the_allowed_set_steal_until_it_is_widened() {
     assert_quiescent_empty(&group);
 }
 
+/// Steal storms (design.md §4.5.1): registrations left in per-CPU mode with fewer users than cores that move between
+/// cores would take an idle CID from another core at almost every enter (19 999 steals in 20 000 alternating enters
+/// before). Once a registration's steal takes back the CID its previous steal moved, and per-task mode is a state the
+/// kernel's rules keep (`users ≤ max_cids`), the group switches to per-task mode. I4 holds at every guard on the way
+/// (the lone registration's guards all have CID 0), and per-CPU mode comes back by the kernel's rule alone (a
+/// register that makes `users > max_cids`). Where `users > max_cids` (a thread outside the allowed set) the group
+/// stays per-CPU and keeps stealing; a single convergence steal after a shrink switches nothing.
+#[test]
+fn steal_storms_end_in_per_task_mode() {
+    // One user alternating between two virtual cores (thrs 1: per-CPU down to one user, max_cids 1).
+    let group = sim(2);
+    let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+    let mut lone = regs.pop().unwrap();
+    drop(regs);
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 1));
+    for i in 0..1000 {
+        lone.set_cpu(Some(i % 2)).unwrap();
+        let g = lone.enter();
+        assert_eq!(g.cid().get(), 0, "I4 at enter {i}: {:?}", g.kind());
+    }
+    let s = group.stats();
+    assert_eq!((s.steals, s.switches_to_per_task), (2, 1), "the second steal took back the first one's CID: {s:?}");
+    assert_eq!(group.mode(), Mode::PerTask);
+    assert_eq!(lone.cid().map(|c| c.get()), Some(0), "the switching guard's exit adopted CID 0");
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 1, "{audit:?}");
+    let more: Vec<_> = (0..2).map(|_| group.register()).collect();
+    assert_eq!(group.mode(), Mode::PerCpu, "3 users > max_cids 2: the kernel's rule switches as before");
+    drop(more);
+    drop(lone);
+    assert_quiescent_empty(&group);
+
+    // Two users wandering over four virtual cores (5 users, then 2: thrs 2 keeps per-CPU mode, max_cids 2).
+    let group = sim(4);
+    let mut regs: Vec<_> = (0..5).map(|_| group.register()).collect();
+    let mut two = regs.split_off(3);
+    drop(regs);
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 2));
+    for round in 0..500 {
+        let [a, b] = &mut two[..] else { unreachable!() };
+        a.set_cpu(Some(round % 4)).unwrap();
+        b.set_cpu(Some((round + 2) % 4)).unwrap();
+        let (ga, gb) = (a.enter(), b.enter());
+        assert_ne!(ga.cid(), gb.cid(), "I1 at round {round}");
+        assert!(ga.cid().get() < 2 && gb.cid().get() < 2, "I2 at round {round}: {ga:?} {gb:?}");
+    }
+    let s = group.stats();
+    assert_eq!(s.switches_to_per_task, 1, "{s:?}");
+    assert!(s.steals <= 4, "{} steals in 500 rounds", s.steals);
+    drop(two);
+    assert_quiescent_empty(&group);
+
+    // users > max_cids: one allowed core of two, two users (max_cids 1); per-task mode would not last, so the
+    // registration that alternates between the cores keeps stealing.
+    let group = Group::builder().virtual_cpus(2).cpus_virtual([0]).cids_per_core(1).build().unwrap();
+    let mut regs: Vec<_> = (0..2).map(|_| group.register()).collect();
+    assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 1));
+    for i in 0..100 {
+        regs[1].set_cpu(Some(i % 2)).unwrap();
+        assert_eq!(regs[1].enter().cid().get(), 0, "I2 at enter {i}");
+    }
+    let s = group.stats();
+    assert_eq!((s.steals, s.switches_to_per_task, group.mode()), (99, 0, Mode::PerCpu), "{s:?}");
+    drop(regs);
+    assert_quiescent_empty(&group);
+
+    // A convergence steal after a shrink (I4's reclaim of a CID another registration left) is no storm.
+    let group = sim(2);
+    let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+    regs[0].set_cpu(Some(0)).unwrap();
+    regs[1].set_cpu(Some(1)).unwrap();
+    assert_eq!(regs[0].enter().cid().get(), 0);
+    assert_eq!(regs[1].enter().cid().get(), 1);
+    let mut survivor = regs.remove(1);
+    drop(regs);
+    for _ in 0..10 {
+        assert_eq!(survivor.enter().cid().get(), 0);
+    }
+    let s = group.stats();
+    assert_eq!((s.steals, s.switches_to_per_task, group.mode()), (1, 0, Mode::PerCpu), "{s:?}");
+    drop(survivor);
+    assert_quiescent_empty(&group);
+}
+
+/// The lone-registration storm of `steal_storms_end_in_per_task_mode` on two real CPUs, where each steal of an rseq
+/// group is a claim and an RSEQ membarrier, and the switch's exit resolves the enter's own guard through a claim too
+/// (design.md §4.4). The group is allowed both CPUs where that keeps per-CPU mode at one user (2 or 3 possible
+/// CPUs), else CPU A alone (threshold 1 on any machine).
+#[test]
+fn steal_storms_end_in_per_task_mode_on_real_cpus_rseq_and_cas() {
+    let Some([a, b]) = two_allowed_cpus("steal_storms_end_in_per_task_mode_on_real_cpus") else { return };
+    for rseq in [true, false] {
+        let build = |cpus: &[usize]| {
+            let group = Group::builder().cpus(CpuSet::from_cpus(cpus.iter().copied()).unwrap());
+            let group = group.restartable_sequences(rseq).cids_per_core(1).build().unwrap();
+            let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
+            let lone = regs.pop().unwrap();
+            drop(regs);
+            (group, lone)
+        };
+        let (mut group, mut lone) = build(&[a, b]);
+        if group.mode() != Mode::PerCpu {
+            (group, lone) = build(&[a]);
+        }
+        assert_eq!((group.mode(), group.max_cids()), (Mode::PerCpu, 1));
+        let seen = thread::scope(|s| {
+            s.spawn(|| {
+                (0..20)
+                    .map(|i| {
+                        let cpu = if i % 2 == 0 { a } else { b };
+                        assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to {cpu}");
+                        lone.set_cpu(Some(cpu)).unwrap(); // for CAS groups (rseq groups read the CPU themselves)
+                        lone.enter().cid().get()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(seen, [0; 20], "I4 at every guard (rseq {rseq})");
+        let s = group.stats();
+        assert_eq!((s.steals, s.switches_to_per_task), (2, 1), "rseq {rseq}: {s:?}");
+        assert_eq!(group.mode(), Mode::PerTask);
+        assert!(group.audit().is_consistent());
+        drop(lone);
+        assert_quiescent_empty(&group);
+    }
+}
+
 /// I5: at quiescence the bitmap count equals the owners: registrations in per-task mode, cores in per-CPU mode.
 #[test]
 fn i5_accounting_both_modes() {
