@@ -94,7 +94,7 @@ fn enter_exit(c: &mut Criterion) {
     let summary = Summary::default();
     let rseq = Rseq::probe();
     if let Err(why) = &rseq {
-        println!("{why}");
+        println!("rseq mm_cid baseline skipped: {why}");
     }
     let probe = Group::new();
     println!(

@@ -52,7 +52,7 @@ fn sharded_counter(c: &mut Criterion) {
     let summary = Summary::default();
     let rseq = Rseq::probe();
     if let Err(why) = &rseq {
-        println!("{why}");
+        println!("rseq mm_cid baseline skipped: {why}");
     }
     println!("sharded_counter: {cores} allowed CPUs, {} possible CPUs, unpinned workers", common::possible_cpus());
     let pin = None;

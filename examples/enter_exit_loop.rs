@@ -206,10 +206,7 @@ mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Result<Option<(&'static str, u64)>, String> {
-        match cli::parse(FLAGS, words.iter().map(|w| w.to_string()))? {
-            cli::Parsed::Help => Ok(None),
-            cli::Parsed::Run(args) => config(&args).map(Some),
-        }
+        cli::parse_words(FLAGS, words, config)
     }
 
     /// Named flags with defaults; every mode of the usage is accepted; the old positional form, an unknown mode

@@ -1073,10 +1073,7 @@ mod tests {
     }
 
     fn parse_with(words: &[&str], fd_limit: u64) -> Result<Option<Config>, String> {
-        match cli::parse(FLAGS, words.iter().map(|w| w.to_string()))? {
-            cli::Parsed::Help => Ok(None),
-            cli::Parsed::Run(args) => config(&args, fd_limit).map(Some),
-        }
+        cli::parse_words(FLAGS, words, |a| config(a, fd_limit))
     }
 
     #[test]

@@ -175,10 +175,7 @@ mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Result<Option<(u64, usize)>, String> {
-        match cli::parse(FLAGS, words.iter().map(|w| w.to_string()))? {
-            cli::Parsed::Help => Ok(None),
-            cli::Parsed::Run(args) => config(&args).map(Some),
-        }
+        cli::parse_words(FLAGS, words, config)
     }
 
     /// Named flags with defaults; the old positional form, zeros and too many threads are errors naming the

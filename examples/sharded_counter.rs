@@ -109,10 +109,7 @@ mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Result<Option<(usize, u64)>, String> {
-        match cli::parse(FLAGS, words.iter().map(|w| w.to_string()))? {
-            cli::Parsed::Help => Ok(None),
-            cli::Parsed::Run(args) => config(&args).map(|c| Some((c.threads, c.iters))),
-        }
+        cli::parse_words(FLAGS, words, |a| config(a).map(|c| (c.threads, c.iters)))
     }
 
     /// Defaults, both spellings; zero adds or threads (whose time per add would be nonsense), too many threads

@@ -780,10 +780,7 @@ mod tests {
 
     /// The configuration of `words` (None for `--help`).
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
-        match cli::parse(FLAGS, words.iter().map(|w| w.to_string()))? {
-            cli::Parsed::Help => Ok(None),
-            cli::Parsed::Run(args) => config(&args).map(Some),
-        }
+        cli::parse_words(FLAGS, words, config)
     }
 
     /// Flags the run would ignore are errors naming them: --repeats with a single --policy run, --virtual-cpus

@@ -944,10 +944,7 @@ mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Result<Option<Opts>, String> {
-        match cli::parse(FLAGS, words.iter().map(|w| w.to_string()))? {
-            cli::Parsed::Help => Ok(None),
-            cli::Parsed::Run(args) => config(&args, 2).map(Some),
-        }
+        cli::parse_words(FLAGS, words, |a| config(a, 2))
     }
 
     /// Defaults (2 allowed CPUs), thread lists with pinned entries, and errors naming the argument; the usage lists

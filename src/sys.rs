@@ -107,16 +107,41 @@ mod imp {
             cpu_id()
         }
 
-        /// One restartable sequence on the calling thread's rseq area (design.md §4.1.1): if the thread runs on
-        /// `$cpu`, `*$mode & ONCPU != 0` and `*$slot == $expect`, run the commit instructions (ending with the
-        /// one store that commits) and yield true; else, or if the kernel aborts the sequence (the thread was
-        /// preempted, migrated or signalled before the commit), yield false. `$area` is `__rseq_offset`; extra
-        /// operands for the commit instructions follow.
+        /// One restartable sequence on the calling thread's rseq area (design.md §4.1.1): the check
+        /// instructions (each jumping to `7f` on a mismatch), then the commit instructions ending with the one
+        /// store that commits; yields true if the commit ran, false on a mismatch or if the kernel aborted the
+        /// sequence (the thread was preempted, migrated or signalled before the commit). `$area` is
+        /// `__rseq_offset`; the operands the instructions name follow (`tmp` is a free scratch register).
+        ///
+        /// The `on_cpu` form checks that the thread runs on `$cpu`, `*$mode & ONCPU != 0` and
+        /// `*$slot == $expect`.
         #[cfg(target_arch = "x86_64")]
         macro_rules! sequence {
             (
-                $area:expr, $cpu:expr, $mode:expr, $slot:expr, $expect:expr,
+                on_cpu $area:expr, $cpu:expr, $mode:expr, $slot:expr, $expect:expr,
                 [$($commit:literal),+], $($operands:tt)*
+            ) => {
+                sequence!(
+                    $area,
+                    [
+                        "cmp dword ptr fs:[{area} + 4], {cpu:e}",
+                        "jne 7f",
+                        "test dword ptr [{mode}], {oncpu}",
+                        "jz 7f",
+                        "cmp dword ptr [{slot}], {expect:e}",
+                        "jne 7f"
+                    ],
+                    [$($commit),+],
+                    cpu = in(reg) $cpu,
+                    mode = in(reg) $mode,
+                    slot = in(reg) $slot,
+                    expect = in(reg) $expect,
+                    oncpu = const crate::state::ONCPU,
+                    $($operands)*
+                )
+            };
+            (
+                $area:expr, [$($check:literal),+], [$($commit:literal),+], $($operands:tt)*
             ) => {{
                 let ok: u32;
                 std::arch::asm!(
@@ -129,12 +154,7 @@ mod imp {
                     "lea {tmp}, [rip + 3b]",
                     "mov qword ptr fs:[{area} + 8], {tmp}",
                     "4:",
-                    "cmp dword ptr fs:[{area} + 4], {cpu:e}",
-                    "jne 7f",
-                    "test dword ptr [{mode}], {oncpu}",
-                    "jz 7f",
-                    "cmp dword ptr [{slot}], {expect:e}",
-                    "jne 7f",
+                    $($check,)+
                     $($commit,)+
                     "5:",
                     "mov {ok:e}, 1",
@@ -152,11 +172,6 @@ mod imp {
                     // not outlive this code (a dlopen'ed library that is unloaded).
                     "mov qword ptr fs:[{area} + 8], 0",
                     area = in(reg) $area,
-                    cpu = in(reg) $cpu,
-                    mode = in(reg) $mode,
-                    slot = in(reg) $slot,
-                    expect = in(reg) $expect,
-                    oncpu = const crate::state::ONCPU,
                     tmp = out(reg) _, // not lateout: written before the inputs are done with
                     ok = out(reg) ok, // not lateout: `area` is still read after `ok` is written
                     $($operands)*
@@ -196,7 +211,7 @@ mod imp {
             // compiler moves no access across it, and on x86 (TSO) its loads act as Acquire and its store as
             // Release, which is what a borrow needs (design.md §4.1.1, table §7).
             unsafe {
-                sequence!(area, cpu, mode.as_ptr(), slot.as_ptr(), expect, ["mov dword ptr [{slot}], {new:e}"],
+                sequence!(on_cpu area, cpu, mode.as_ptr(), slot.as_ptr(), expect, ["mov dword ptr [{slot}], {new:e}"],
                     new = in(reg) new,)
             }
         }
@@ -218,7 +233,7 @@ mod imp {
             // SAFETY: as in `store_if`; `cell` is a live aligned 8-byte atomic, loaded and then stored with plain
             // x86 moves (each atomic), and that store is the only one between 4 and 5 and the commit.
             unsafe {
-                sequence!(area, cpu, mode.as_ptr(), slot.as_ptr(), expect,
+                sequence!(on_cpu area, cpu, mode.as_ptr(), slot.as_ptr(), expect,
                     ["mov {tmp}, qword ptr [{cell}]", "add {tmp}, {n}", "mov qword ptr [{cell}], {tmp}"],
                     cell = in(reg) cell.as_ptr(), n = in(reg) n,)
             }
@@ -238,55 +253,23 @@ mod imp {
             cell: &AtomicU64,
             n: u64,
         ) -> bool {
-            let ok: u32;
             // SAFETY: as in `store_if` (the area, the descriptor, the abort signature, no stack); `mode` and `word`
             // are live atomics of the caller's group and registration, only loaded; `cell` is a live aligned 8-byte
             // atomic, loaded and then stored with plain x86 moves (each atomic), and that store is the only one
             // between 4 and 5 and commits the sequence. Both exits disarm `rseq_cs`.
             unsafe {
-                std::arch::asm!(
-                    ".pushsection __rseq_cs, \"aw\"",
-                    ".balign 32",
-                    "3:",
-                    ".long 0, 0",
-                    ".quad 4f, (5f - 4f), 6f",
-                    ".popsection",
-                    "lea {tmp}, [rip + 3b]",
-                    "mov qword ptr fs:[{area} + 8], {tmp}",
-                    "4:",
-                    "cmp dword ptr [{mode}], {per_task}",
-                    "jne 7f",
-                    "cmp dword ptr [{word}], {expect:e}",
-                    "jne 7f",
-                    "mov {tmp}, qword ptr [{cell}]",
-                    "add {tmp}, {n}",
-                    "mov qword ptr [{cell}], {tmp}",
-                    "5:",
-                    "mov {ok:e}, 1",
-                    "jmp 8f",
-                    ".pushsection __rseq_failure, \"ax\"",
-                    ".byte 0x0f, 0xb9, 0x3d",
-                    ".long 0x53053053",
-                    "6:",
-                    "jmp 7f",
-                    ".popsection",
-                    "7:",
-                    "xor {ok:e}, {ok:e}",
-                    "8:",
-                    "mov qword ptr fs:[{area} + 8], 0",
-                    area = in(reg) area,
+                sequence!(
+                    area,
+                    ["cmp dword ptr [{mode}], {per_task}", "jne 7f", "cmp dword ptr [{word}], {expect:e}", "jne 7f"],
+                    ["mov {tmp}, qword ptr [{cell}]", "add {tmp}, {n}", "mov qword ptr [{cell}], {tmp}"],
                     mode = in(reg) mode.as_ptr(),
                     per_task = const crate::state::PER_TASK,
                     word = in(reg) word.as_ptr(),
                     expect = in(reg) expect,
                     cell = in(reg) cell.as_ptr(),
                     n = in(reg) n,
-                    tmp = out(reg) _,
-                    ok = out(reg) ok,
-                    options(nostack),
-                );
+                )
             }
-            ok != 0
         }
 
         /// Not reached: `critical_sections()` is false on this target.

@@ -161,6 +161,18 @@ pub fn usage_error(name: &str, e: &str) -> ! {
     std::process::exit(2);
 }
 
+/// What `build` makes of `words` (`None` for `--help`): [`parse_or_exit`] without the exits, for the examples' tests.
+pub fn parse_words<T>(
+    flags: &[Flag],
+    words: &[&str],
+    build: impl FnOnce(&Args) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    match parse(flags, words.iter().map(|w| w.to_string()))? {
+        Parsed::Help => Ok(None),
+        Parsed::Run(args) => build(&args).map(Some),
+    }
+}
+
 /// Whether `usage` lists every flag of `flags` (`-s, --long` for one with a short form) and mentions no `--word`
 /// that is neither a flag nor `--help`; for the examples' tests.
 pub fn check_usage(usage: &str, flags: &[Flag]) -> Result<(), String> {
