@@ -778,16 +778,6 @@ fn config(args: &Args, cpus: usize) -> Result<Opts, String> {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn main() -> ExitCode {
     let cpus: Vec<usize> = match mmcid::CpuSet::current() {
         Ok(set) => set.iter().collect(),
@@ -882,8 +872,12 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
     outln!();
     let cell = |li: usize, ci: usize| -> Option<(f64, usize)> {
         let cells = &results[li][ci];
-        (!cells.is_empty())
-            .then(|| (median(cells.iter().map(|c| c.ns).collect()), cells.iter().map(|c| c.shards).max().unwrap_or(0)))
+        (!cells.is_empty()).then(|| {
+            (
+                common::median(&cells.iter().map(|c| c.ns).collect::<Vec<_>>()),
+                cells.iter().map(|c| c.shards).max().unwrap_or(0),
+            )
+        })
     };
     for (li, l) in lines.iter().enumerate() {
         out!("  {:width$}", l.name);

@@ -61,6 +61,25 @@ impl CpuSet {
         Ok(CpuSet { checked: true, ..set })
     }
 
+    /// The number of possible CPUs: one more than the highest CPU number the kernel can report (its
+    /// `nr_cpu_ids`, gaps and offline CPUs included), so an array of this many per-CPU entries has one for every
+    /// CPU a thread may run on (the number `sched_getcpu` returns). [`CpuSet::from_cpus`] refuses CPUs at or
+    /// beyond it (the `possible` of [`Error::CpuOutOfRange`]), and a group over real cores has this many
+    /// ([`Group::cores`](crate::Group::cores)). Read from `/sys/devices/system/cpu/possible` where that agrees
+    /// with the kernel, else from `sched_getaffinity`'s bound, once per process
+    /// ([design §12.3](crate::docs::design#123-cpu-numbers)).
+    ///
+    /// ```
+    /// use mmcid::{CpuSet, Group};
+    /// let possible = CpuSet::possible_cpus();
+    /// assert!(CpuSet::current()?.iter().all(|cpu| cpu < possible));
+    /// assert_eq!(Group::new().cores(), possible);
+    /// # Ok::<(), mmcid::Error>(())
+    /// ```
+    pub fn possible_cpus() -> usize {
+        sys::possible_cpus()
+    }
+
     /// The check a group or runtime over real cores makes: a set made by [`CpuSet::current`] or
     /// [`CpuSet::from_cpus`] was checked against the affinity masks then, and only the possible CPUs count now
     /// (the thread may have narrowed its own mask since, e.g. pinned itself to one of the cores); any other set

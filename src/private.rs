@@ -16,11 +16,6 @@ pub fn probe_rseq() {
     crate::sys::rseq::probe();
 }
 
-/// The number of possible CPUs as the library counts them (its groups' `cores` over real CPUs).
-pub fn possible_cpus() -> usize {
-    crate::sys::possible_cpus()
-}
-
 /// The size of the library's CID space: the most CIDs a group can hand out.
 pub const MAX_CIDS: usize = crate::bitmap::MAX_BITS;
 

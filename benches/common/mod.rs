@@ -301,13 +301,13 @@ impl Summary {
     }
 }
 
+#[path = "../../examples/common/median.rs"]
+mod median;
+
+/// The samples' median (the examples' one, the mean of the two middle samples for an even count); `None` without
+/// samples.
 fn median(samples: &[f64]) -> Option<f64> {
-    if samples.is_empty() {
-        return None;
-    }
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    Some(s[s.len() / 2])
+    Some(median::median(samples)).filter(|m| !m.is_nan())
 }
 
 /// A value and its ratio to the baseline, formatted for the table.

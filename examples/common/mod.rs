@@ -43,6 +43,8 @@ macro_rules! err {
 pub(crate) use err;
 
 pub mod cli;
+mod median;
+pub use median::median;
 
 /// Writes to stderr, ignoring errors: a message or a progress line that cannot be shown (stderr closed, as in
 /// `example 2>&1 | head`) is dropped instead of panicking; stdout's own closing ends the program ([`write_out`]).
@@ -169,18 +171,6 @@ pub fn order_cycle(n: usize) -> usize {
 /// The names of the policies `policies` (indexes into [`POLICIES`]) picks.
 pub fn policy_names(policies: &[usize]) -> Vec<&'static str> {
     policies.iter().map(|&p| POLICIES[p]).collect()
-}
-
-/// The median of `v` (the mean of the two middle values for an even count); NaN for an empty slice.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => s[n / 2],
-        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
 }
 
 /// Mean and standard error of the paired differences `other[r] - base[r]` (pairs past the shorter slice are

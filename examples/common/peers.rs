@@ -7,12 +7,10 @@
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Number of possible CPUs: the largest id in `/sys/devices/system/cpu/possible` plus one, else the online count.
+/// Number of possible CPUs, one more than the highest CPU number `getcpu` can return: mmcid's own bound
+/// ([`mmcid::CpuSet::possible_cpus`]), so the peers' per-CPU arrays are sized exactly as mmcid's groups are.
 pub fn possible_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|s| s.trim().rsplit(['-', ',']).next().and_then(|m| m.parse::<usize>().ok()))
-        .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |max| max + 1)
+    mmcid::CpuSet::possible_cpus()
 }
 
 /// The CPU the calling thread runs on (glibc reads it from the rseq area); 0 if the call fails.

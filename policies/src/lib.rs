@@ -95,7 +95,7 @@ fn check_range(what: &'static str, value: usize, min: usize, max: usize) -> Resu
 
 /// Number of possible cores of this machine: the library's own bound on CPU numbers (design.md §12.3).
 fn possible_cpus() -> usize {
-    mmcid::__private::possible_cpus()
+    mmcid::CpuSet::possible_cpus()
 }
 
 // ---------------------------------------------------------------------------------------------------------------
