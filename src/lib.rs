@@ -34,8 +34,9 @@
 //! each side of the walk, commit 47ee94efccf6; a fixup walk over an explicit registration list, as the kernel's
 //! `user_list` of commit 192d852129b1; release of the final mode). The Dekker pairs between enter/exit and the
 //! fixup use `membarrier` on the rare side and compiler fences on the hot side where the kernel allows it. The
-//! [design](docs::design) defines the kernel's terms ([Terms](docs::design#terms)) and has the state machines,
-//! the state tables and the table of every atomic access.
+//! [design](docs::design) defines the kernel's terms ([Terms](docs::design#terms)) and has the state machines
+//! and the table of every atomic access; the packed words' state tables are on their definitions in the source
+//! (`src/state.rs`).
 //!
 //! Every ordering is model-checked with loom (`loom-tests/`; the restartable sequences are modelled, not run),
 //! each protected ordering with a mutant that loom rejects (one, F4's Release, only in a litmus copy: no model of

@@ -70,9 +70,17 @@ pub(crate) enum Held {
 }
 
 /// Result of `enter_raw`: what is held, packed in one `u64` so the hot path keeps it in a register (a struct with
-/// padding was built on the stack with narrow stores and read back wide, which stalls store-to-load forwarding):
-/// bits 0..32 the CID, 32..34 the kind, bit 34 "the guard owns its pooled registration", bits 35..64 the slot index
-/// (`Held::Core`).
+/// padding was built on the stack with narrow stores and read back wide, which stalls store-to-load forwarding).
+///
+/// | bits | field | values |
+/// |---|---|---|
+/// | 0..32 | the CID | a CID (at most `VALUE`) |
+/// | 32..34 | the kind (`KIND_SHIFT`) | `KIND_TASK` (0, [`Held::Task`]), `KIND_CORE` (1, [`Held::Core`]), `KIND_TEMP` (2, [`Held::Temp`]) |
+/// | 34 | `POOLED_BIT` | 1: the guard owns its registration, lent by the thread-local layer (`Group::enter`), and gives it back on drop |
+/// | 35..64 | the slot index (`AT_SHIFT`) | `Held::Core`'s `at` (`slot_at(cpu, j)`: 16-bit cores, 4-bit slot numbers); 0 otherwise |
+///
+/// [`Entered::NOTHING`] (all zero, the bits of `Task(0)`) stands for "no guard" in `Registration::outstanding`,
+/// where a per-task guard is never recorded.
 #[derive(Clone, Copy)]
 pub(crate) struct Entered(u64);
 
