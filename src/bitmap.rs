@@ -12,6 +12,7 @@
 //! (`get_near`), so the cores do not bounce one line between them; a CID found there is taken only below the
 //! caller's bound (`users + cores`, I2), else the lowest free one anywhere.
 
+use crate::mutants::{Knob, Mutant};
 use crate::sync::{spin_loop, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// CIDs per chunk (64 under loom, to keep models small).
@@ -51,9 +52,8 @@ pub(crate) struct Bitmap {
     bits: AtomicUsize,
     /// `L = 1 << lane_shift` lanes.
     lane_shift: u32,
-    /// Loom-only mutant: Relaxed set/clear (model 2 must report the data race).
-    #[cfg(loom)]
-    pub(crate) relaxed: bool,
+    /// The group's loom knob: `RelaxedBitmap` makes set and clear Relaxed (model 2 must report the data race).
+    pub(crate) knob: Knob,
 }
 
 /// Where CID `c` lives: chunk, lane, word in the lane, bit in the word.
@@ -73,8 +73,7 @@ impl Bitmap {
             chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             bits: AtomicUsize::new(0),
             lane_shift: usize::BITS - 1 - lanes.leading_zeros(),
-            #[cfg(loom)]
-            relaxed: false,
+            knob: Knob::default(),
         }
     }
 
@@ -146,16 +145,14 @@ impl Bitmap {
     }
 
     fn set_order(&self) -> Ordering {
-        #[cfg(loom)]
-        if self.relaxed {
+        if self.knob.is(Mutant::RelaxedBitmap) {
             return Ordering::Relaxed;
         }
         Ordering::Acquire
     }
 
     fn clear_order(&self) -> Ordering {
-        #[cfg(loom)]
-        if self.relaxed {
+        if self.knob.is(Mutant::RelaxedBitmap) {
             return Ordering::Relaxed;
         }
         Ordering::Release

@@ -1,6 +1,7 @@
 //! `Group`: one CID space, its limits, its mode and the lifecycle operations that switch modes (design.md §3, §5).
 
 use crate::bitmap::{Bitmap, MAX_BITS};
+use crate::mutants::{Knob, Mutant};
 use crate::registration::{RegRec, Registration};
 use crate::state::*;
 use crate::stats::{Counters, Ev, Stats};
@@ -122,8 +123,8 @@ pub(crate) struct Inner {
     /// Loom's model of the restartable sequence: one lock per core, held across the sequence (design.md §4.1.1).
     #[cfg(loom)]
     cs: Box<[loom::sync::Mutex<()>]>,
-    #[cfg(loom)]
-    pub(crate) mutant: Mutant,
+    /// Loom's mutation knob (`mutants.rs`); empty elsewhere.
+    pub(crate) knob: Knob,
     /// Loom: every membarrier fails (`GroupBuilder::failing_barriers`, design.md §12).
     #[cfg(loom)]
     failing_barriers: bool,
@@ -627,12 +628,12 @@ impl GroupBuilder {
         #[cfg(loom)]
         let rseq = self.rseq == Some(true);
         let k = self.cids_per_core.unwrap_or(if cfg!(loom) { 1 } else { cids_per_core_limit(cores) });
-        #[allow(unused_mut)]
-        let mut bitmap = Bitmap::new(cores);
         #[cfg(loom)]
-        {
-            bitmap.relaxed = self.mutant == Mutant::RelaxedBitmap;
-        }
+        let knob = Knob::new(self.mutant);
+        #[cfg(not(loom))]
+        let knob = Knob::default();
+        let mut bitmap = Bitmap::new(cores);
+        bitmap.knob = knob;
         let group = Group {
             inner: Arc::new(Inner {
                 hot: CachePadded::new(Hot {
@@ -665,8 +666,7 @@ impl GroupBuilder {
                 claims_deferred: AtomicU32::new(0),
                 #[cfg(loom)]
                 cs: (0..cores).map(|_| loom::sync::Mutex::new(())).collect(),
-                #[cfg(loom)]
-                mutant: self.mutant,
+                knob,
                 #[cfg(loom)]
                 failing_barriers: self.failing_barriers,
                 #[cfg(all(test, not(loom)))]
@@ -734,20 +734,6 @@ impl Inner {
         self.hot.k as usize * self.cores
     }
 
-    /// Whether the loom mutant `m` is active (always false in normal builds).
-    #[inline(always)]
-    #[allow(unused_variables)]
-    pub(crate) fn mutant(&self, m: MutantId) -> bool {
-        #[cfg(loom)]
-        {
-            self.mutant == m
-        }
-        #[cfg(not(loom))]
-        {
-            false
-        }
-    }
-
     /// The I2 hard bound as this thread sees it now, `users + cores`: temporaries from a core's bitmap lane are
     /// taken only below it (`Bitmap::get_near`). Relaxed: `users` changes only under the lifecycle lock, and a
     /// stale value is as good as the one lowest-first allocation would have seen an instant earlier.
@@ -781,8 +767,8 @@ impl Inner {
     /// After a fast path's compiler fence and its load `m` of the mode word (E3 or X3): completes the light barrier
     /// (unless loom mutant `skip` removes it) and returns the mode word as read after the whole barrier.
     #[inline(always)]
-    pub(crate) fn mode_after_light_barrier(&self, m: u32, skip: MutantId) -> u32 {
-        if !self.mutant(skip) && self.light_barrier_rest() {
+    pub(crate) fn mode_after_light_barrier(&self, m: u32, skip: Mutant) -> u32 {
+        if !self.knob.is(skip) && self.light_barrier_rest() {
             self.hot.mode.load(Ordering::Acquire)
         } else {
             m
@@ -793,7 +779,7 @@ impl Inner {
     /// the RSEQ membarrier, which also aborts every restartable sequence in flight (design.md §4.1.1). False if
     /// the membarrier failed (design.md §12): then it ordered nothing, and the caller must not rely on it.
     fn heavy_barrier(&self) -> bool {
-        if self.hot.rseq && !self.mutant(MUTANT_PLAIN_FIXUP_BARRIER) {
+        if self.hot.rseq && !self.knob.is(Mutant::PlainFixupBarrier) {
             self.rseq_barrier()
         } else if self.hot.asym {
             self.membarrier(false)
@@ -852,11 +838,11 @@ impl Inner {
     /// the barrier failed: the task → CPU walk then takes nothing, and the CPU → task sweep of an rseq group
     /// neither (design.md §12).
     fn fixup_barrier(&self, life: &Life) -> bool {
-        if self.mutant(MUTANT_NO_FIXUP_BARRIER) || self.heavy_barrier() {
+        if self.knob.is(Mutant::NoFixupBarrier) || self.heavy_barrier() {
             return true;
         }
         life.counters.bump(Ev::BarrierFailed);
-        self.mutant(MUTANT_IGNORE_FAILED_BARRIER)
+        self.knob.is(Mutant::IgnoreFailedBarrier)
     }
 
     /// The RSEQ membarrier between a claim (or a drain's claims) and its take; false, counted in `c`, when it
@@ -866,7 +852,7 @@ impl Inner {
             return true;
         }
         c.bump(Ev::BarrierFailed);
-        self.mutant(MUTANT_IGNORE_FAILED_CLAIM_BARRIER)
+        self.knob.is(Mutant::IgnoreFailedClaimBarrier)
     }
 
     /// Gives back a claim `s | CLAIM` whose barrier failed: the core owns `c` idle again, as before the claim.
@@ -910,7 +896,7 @@ impl Inner {
     /// store only partially against RMWs it has not seen, and then lets a later CAS read a value that a store
     /// happening-before that CAS already overwrote: a coherence violation C11 forbids, which made model 11 report
     /// false duplicates (reproduced with seven lines of loom, no mmcid: plain store → false report, swap → none;
-    /// docs/loom.md). As an RMW the store is placed after everything it raced in modification order.
+    /// `loom-tests/tests/litmus_m11_loom_gap.rs`, docs/loom.md). As an RMW the store is placed after everything it raced in modification order.
     #[cfg(loom)]
     fn rseq_store_if(&self, at: usize, expect: u32, new: u32) -> bool {
         let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
@@ -933,7 +919,7 @@ impl Inner {
         let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
         // Acquire, both: as in `rseq_store_if` (x86 loads; I8 through the previous borrower's X1).
         let s = self.slot(at).load(Ordering::Acquire);
-        let same = if self.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) { s & !BUSY == expect & !BUSY } else { s == expect };
+        let same = if self.knob.is(Mutant::SequenceIgnoresBusy) { s & !BUSY == expect & !BUSY } else { s == expect };
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || !same {
             return false;
         }
@@ -948,8 +934,8 @@ impl Inner {
         let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
         // Acquire, both: what the real sequence's x86 loads are (acquire by TSO).
         let mode_ok =
-            self.mutant(MUTANT_OWNED_SEQUENCE_IGNORES_MODE) || self.hot.mode.load(Ordering::Acquire) == PER_TASK;
-        let word_ok = self.mutant(MUTANT_OWNED_SEQUENCE_IGNORES_WORD) || word.load(Ordering::Acquire) == w;
+            self.knob.is(Mutant::OwnedSequenceIgnoresMode) || self.hot.mode.load(Ordering::Acquire) == PER_TASK;
+        let word_ok = self.knob.is(Mutant::OwnedSequenceIgnoresWord) || word.load(Ordering::Acquire) == w;
         if !(mode_ok && word_ok) {
             return false;
         }
@@ -979,7 +965,7 @@ impl Inner {
         // AcqRel, both CASes: they take the CID with its last borrower's writes (pairs with X1's Release store);
         // the claim lock (Acquire/Release) orders them against other claimers.
         let taken = slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Acquire).is_ok() && {
-            if self.mutant(MUTANT_NO_CLAIM_BARRIER) || self.claim_barrier(c) {
+            if self.knob.is(Mutant::NoClaimBarrier) || self.claim_barrier(c) {
                 // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps
                 // `c`.
                 slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
@@ -1009,7 +995,7 @@ impl Inner {
         // Store-buffering pair with `claim_unlock`'s fence: either we see the lock free, or the holder that we saw
         // holding it sees our flag after its unlock.
         fence(Ordering::SeqCst);
-        let locked = !self.mutant(MUTANT_NO_DEFER_RETRY) && self.try_claim_lock();
+        let locked = !self.knob.is(Mutant::NoDeferRetry) && self.try_claim_lock();
         if !locked {
             c.bump(Ev::Deferred);
         }
@@ -1022,7 +1008,7 @@ impl Inner {
         let mut drained = false;
         loop {
             self.claim.store(0, Ordering::Release);
-            if self.mutant(MUTANT_NO_DEFERRED_DRAIN) || (drained && self.mutant(MUTANT_NO_DRAIN_LOOP)) {
+            if self.knob.is(Mutant::NoDeferredDrain) || (drained && self.knob.is(Mutant::NoDrainLoop)) {
                 return;
             }
             // Pairs with `defer_claim`'s fence.
@@ -1069,7 +1055,7 @@ impl Inner {
         }
         // As in every claim: a sequence that read an idle word before our claim has committed or was aborted. If
         // the barrier failed, every claim goes back and the deferred CIDs stay on their cores (design.md §12).
-        let fenced = self.mutant(MUTANT_NO_DRAIN_BARRIER) || self.claim_barrier(c);
+        let fenced = self.knob.is(Mutant::NoDrainBarrier) || self.claim_barrier(c);
         for (_, slot) in self.all_slots() {
             // Every CLAIM word is ours (we hold the lock); our own claim is the latest we can read, or a sequence's
             // BUSY that committed over it (then its borrower keeps the CID, and the CAS fails). Relaxed load and
@@ -1088,7 +1074,7 @@ impl Inner {
     /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
     /// the walk (the kernel's `smp_mb()` before clearing TRANSIT, 47ee94efccf6).
     fn completion_order(&self) -> Ordering {
-        if self.mutant(MUTANT_RELAXED_COMPLETION) {
+        if self.knob.is(Mutant::RelaxedCompletion) {
             Ordering::Relaxed
         } else {
             Ordering::Release
@@ -1209,12 +1195,12 @@ impl Inner {
         for rec in life.regs.iter().flatten() {
             life.counters.bump(Ev::FixupVisit);
             // F3. Acquire: pairs with X1 (running = 0, Release): the guard's writes happen before we free its CID.
-            if rec.running.load(Ordering::Acquire) != 0 && !self.mutant(MUTANT_FIXUP_IGNORES_RUNNING) {
+            if rec.running.load(Ordering::Acquire) != 0 && !self.knob.is(Mutant::FixupIgnoresRunning) {
                 continue; // running: it resolves its CID at exit (D-exit)
             }
             // Relaxed: a hint the CAS validates; the guard's writes were acquired through `running` above.
             let w = rec.cid.load(Ordering::Relaxed);
-            if w == UNSET && !self.mutant(MUTANT_FIXUP_TAKES_UNSET) {
+            if w == UNSET && !self.knob.is(Mutant::FixupTakesUnset) {
                 continue; // kernel de3ab9bd3133: never treat UNSET as a CID
             }
             // AcqRel: against the owner's word CASes at exit or enter, exactly one side takes `w` (I5); the
@@ -1253,7 +1239,7 @@ impl Inner {
             life.counters.bump(Ev::FixupVisit);
             // F3. Relaxed: a hint the CAS below validates (and acquires through).
             let s = slot.load(Ordering::Relaxed);
-            let take = if self.mutant(MUTANT_FIXUP_IGNORES_BUSY) {
+            let take = if self.knob.is(Mutant::FixupIgnoresBusy) {
                 s & ONCPU != 0 // kernel 1e83ccd5921a undone: assumes what it finds may be dropped
             } else {
                 slot::idle_cid(s).is_some()
@@ -1362,50 +1348,6 @@ impl Group {
             g.claim_unlock(&c);
         }
     }
-}
-
-/// Mutant identifiers, usable in both builds (the check is constant-false outside loom).
-#[cfg(loom)]
-pub(crate) type MutantId = Mutant;
-#[cfg(not(loom))]
-pub(crate) type MutantId = u8;
-
-macro_rules! mutant_ids {
-    ($($name:ident = $variant:ident = $n:expr;)*) => {$(
-        #[cfg(loom)]
-        pub(crate) const $name: MutantId = Mutant::$variant;
-        #[cfg(not(loom))]
-        #[allow(dead_code)] // some knobs sit only in loom's models of the sequences
-        pub(crate) const $name: MutantId = $n;
-    )*};
-}
-
-mutant_ids! {
-    MUTANT_NO_ENTER_BARRIER = NoEnterBarrier = 1;
-    MUTANT_NO_EXIT_BARRIER = NoExitBarrier = 2;
-    MUTANT_NO_FIXUP_BARRIER = NoFixupBarrier = 3;
-    MUTANT_RELAXED_COMPLETION = RelaxedCompletion = 5;
-    MUTANT_FIXUP_IGNORES_RUNNING = FixupIgnoresRunning = 6;
-    MUTANT_FIXUP_IGNORES_BUSY = FixupIgnoresBusy = 7;
-    MUTANT_FIXUP_TAKES_UNSET = FixupTakesUnset = 8;
-    MUTANT_NO_ADOPT_RECHECK = NoAdoptRecheck = 9;
-    MUTANT_CPU_PATH_KEEPS_WORD = CpuPathKeepsWord = 10;
-    MUTANT_NO_CLAIM_BARRIER = NoClaimBarrier = 11;
-    MUTANT_PLAIN_FIXUP_BARRIER = PlainFixupBarrier = 12;
-    MUTANT_SEQUENCE_IGNORES_BUSY = SequenceIgnoresBusy = 13;
-    MUTANT_NO_DEFERRED_DRAIN = NoDeferredDrain = 14;
-    MUTANT_RELAXED_SHARD_SLOT = RelaxedShardSlot = 15;
-    MUTANT_RELAXED_SEGMENT_INSTALL = RelaxedSegmentInstall = 16;
-    MUTANT_NO_DEFER_RETRY = NoDeferRetry = 17;
-    MUTANT_NO_DRAIN_LOOP = NoDrainLoop = 18;
-    MUTANT_NO_DRAIN_BARRIER = NoDrainBarrier = 19;
-    MUTANT_RELAXED_VISITED_BIT = RelaxedVisitedBit = 20;
-    MUTANT_CONVERGE_TAKES_FIRST = ConvergeTakesFirst = 21;
-    MUTANT_OWNED_SEQUENCE_IGNORES_MODE = OwnedSequenceIgnoresMode = 22;
-    MUTANT_OWNED_SEQUENCE_IGNORES_WORD = OwnedSequenceIgnoresWord = 23;
-    MUTANT_EXIT_TO_FIRST_SLOT = ExitToFirstSlot = 26;
-    MUTANT_IGNORE_FAILED_BARRIER = IgnoreFailedBarrier = 24;
-    MUTANT_IGNORE_FAILED_CLAIM_BARRIER = IgnoreFailedClaimBarrier = 25;
 }
 
 #[cfg(all(test, not(loom)))]

@@ -153,6 +153,7 @@ mod fork;
 mod group;
 #[cfg(not(loom))]
 mod local;
+mod mutants;
 mod percid;
 mod registration;
 #[cfg(not(loom))]
@@ -169,13 +170,13 @@ pub use error::Error;
 #[doc(hidden)]
 pub use group::Audit;
 pub use group::{Group, GroupBuilder, MAX_CIDS_PER_CORE};
+#[cfg(loom)]
+pub use mutants::Mutant;
 pub use percid::{IterVisited, PerCid};
 pub use registration::{Cid, CidGuard, CidKind, Registration};
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};
 pub use state::Mode;
-#[cfg(loom)]
-pub use state::Mutant;
 pub use stats::Stats;
 
 /// The crate's design documents, published with the API docs (their sources are `docs/*.md` in the package).

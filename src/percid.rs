@@ -29,7 +29,7 @@
 //!   crate-internal [`SharedPerCid`], a separate type that never hands out `&mut T` and requires `T: Sync`.
 
 use crate::bitmap::MAX_BITS;
-use crate::group::{MutantId, MUTANT_RELAXED_SEGMENT_INSTALL, MUTANT_RELAXED_SHARD_SLOT, MUTANT_RELAXED_VISITED_BIT};
+use crate::mutants::{Knob, Mutant};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, Ordering::*};
 use crate::{CidGuard, Error, Group};
 use crossbeam_utils::CachePadded;
@@ -133,9 +133,8 @@ pub struct PerCid<T> {
     allocated: AtomicUsize,
     /// The group whose guards may index this (`Group::id`, never reused).
     group_id: u64,
-    /// Loom only: the group's mutant, for the publication models (docs/loom.md, model 12).
-    #[cfg(loom)]
-    mutant: MutantId,
+    /// The group's loom knob, for the publication models (docs/loom.md, model 12); empty outside loom.
+    knob: Knob,
     init: Init<T>,
     /// Owns `T`s (drop check).
     _owns: PhantomData<T>,
@@ -210,24 +209,9 @@ impl<T> PerCid<T> {
             visited: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             allocated: AtomicUsize::new(0),
             group_id: group.id(),
-            #[cfg(loom)]
-            mutant: group.inner.mutant,
+            knob: group.inner.knob,
             init,
             _owns: PhantomData,
-        }
-    }
-
-    /// Whether the loom mutant `m` is active (always false in normal builds).
-    #[inline(always)]
-    #[allow(unused_variables)]
-    fn mutant(&self, m: MutantId) -> bool {
-        #[cfg(loom)]
-        {
-            self.mutant == m
-        }
-        #[cfg(not(loom))]
-        {
-            false
         }
     }
 
@@ -342,7 +326,7 @@ impl<T> PerCid<T> {
     #[inline(never)]
     fn install(&self, cid: usize) -> NonNull<CachePadded<T>> {
         let (s, off) = locate(cid);
-        let relaxed_segments = self.mutant(MUTANT_RELAXED_SEGMENT_INSTALL);
+        let relaxed_segments = self.knob.is(Mutant::RelaxedSegmentInstall);
         let slot = if s == 0 {
             &self.first[off]
         } else {
@@ -357,12 +341,12 @@ impl<T> PerCid<T> {
         let shard = NonNull::from(Box::leak(Box::new(CachePadded::new(self.init.call()))));
         // Release: publishes the initialised shard to readers outside the CID's hand-over chain, which load the
         // slot with Acquire (`SharedPerCid::installed`: sequence adders).
-        slot.store(shard.as_ptr(), if self.mutant(MUTANT_RELAXED_SHARD_SLOT) { Relaxed } else { Release });
+        slot.store(shard.as_ptr(), if self.knob.is(Mutant::RelaxedShardSlot) { Relaxed } else { Release });
         let words = segment(&self.visited[s], words_len(s), || AtomicU64::new(0), relaxed_segments);
         // SAFETY: `off / 64 < words_len(s)`; the segment lives until `Drop`.
         let word = unsafe { &*words.as_ptr().add(off / 64) };
         // Release: a scanner that sees the bit (Acquire) also sees the slot store above.
-        word.fetch_or(1 << (off % 64), if self.mutant(MUTANT_RELAXED_VISITED_BIT) { Relaxed } else { Release });
+        word.fetch_or(1 << (off % 64), if self.knob.is(Mutant::RelaxedVisitedBit) { Relaxed } else { Release });
         // Relaxed: a statistic (`shards_allocated`); `Drop` reads it with `&mut self`.
         self.allocated.fetch_add(1, Relaxed);
         shard

@@ -3,6 +3,7 @@
 //! inlined; everything else is out of line.
 
 use crate::group::*;
+use crate::mutants::Mutant;
 use crate::state::*;
 use crate::stats::{Counters, Ev};
 use crate::sync::{compiler_fence, Arc, AtomicU32, Ordering::*};
@@ -294,7 +295,7 @@ impl Registration {
         }
         // Relaxed: E1 of D-enter; ordered before E3 by the light barrier, and publishes nothing.
         rec.running.store(1, Relaxed);
-        if !g.mutant(MUTANT_NO_ENTER_BARRIER) {
+        if !g.knob.is(Mutant::NoEnterBarrier) {
             // E2, light side: pairs with F2 of a task → CPU switch. The whole light barrier when F2 is membarrier;
             // otherwise `fast_task` never matches and `enter_other` adds the full fence.
             compiler_fence(SeqCst);
@@ -324,7 +325,7 @@ impl Registration {
         // No fence needed to choose this path: the slot CAS decides, and the slow path completes E2 itself.
         // The registration must own nothing here: a task → CPU walk that saw our E1 skipped our word, and only
         // the slow path gives it up (`enter_core_owned`). `w` is exact when UNSET: only we store CIDs into it.
-        if w != UNSET && !self.group.inner.mutant(MUTANT_CPU_PATH_KEEPS_WORD) {
+        if w != UNSET && !self.group.inner.knob.is(Mutant::CpuPathKeepsWord) {
             return self.enter_slow(false);
         }
         match self.enter_cpu_fast() {
@@ -464,7 +465,7 @@ impl Registration {
         }
         let g = &*self.group.inner;
         // Without membarrier the full fence of E2 runs only now: E3 again, and the per-task fast path after all.
-        if g.mode_after_light_barrier(m, MUTANT_NO_ENTER_BARRIER) == PER_TASK {
+        if g.mode_after_light_barrier(m, Mutant::NoEnterBarrier) == PER_TASK {
             let w = self.rec.cid.load(Acquire);
             if (w as usize) < g.max_cids() {
                 self.rec.counters.bump(Ev::TaskFast);
@@ -478,7 +479,7 @@ impl Registration {
     #[cold]
     fn enter_slow(&mut self, fenced: bool) -> Entered {
         let g = &*self.group.inner;
-        if !fenced && !g.mutant(MUTANT_NO_ENTER_BARRIER) {
+        if !fenced && !g.knob.is(Mutant::NoEnterBarrier) {
             g.light_barrier_rest(); // E2 (the compiler fence ran in enter_raw)
         }
         let m = g.hot.mode.load(Acquire); // E3
@@ -535,17 +536,6 @@ impl Registration {
             }
             if !g.bitmap.has_free_below(max) {
                 return Held::Task(w); // nothing free below max yet: keep it, converge at a later enter
-            }
-            if g.mutant(MUTANT_CONVERGE_TAKES_FIRST) {
-                // Loom model 8's twin (`ConvergeTakesFirst`): the new CID taken before `w` is given up.
-                let Some(n) = g.bitmap.try_get(max) else {
-                    return Held::Task(w);
-                };
-                if self.rec.cid.compare_exchange(w, n, AcqRel, Acquire).is_ok() {
-                    g.bitmap.clear(w);
-                    return Held::Task(n);
-                }
-                return self.install(n);
             }
             // Converge, giving `w` up first so that we never hold two CIDs (design.md §2.4, §4.5). AcqRel: ownership
             // moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5. If it fails, a fixup
@@ -710,7 +700,7 @@ impl Registration {
         let at = slot_at(cpu, 0);
         // Relaxed: a hint; the sequence compares the slot again and acquires through it (I8).
         let s = g.slot(at).load(Relaxed);
-        let c = if g.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) {
+        let c = if g.knob.is(Mutant::SequenceIgnoresBusy) {
             Some(s & VALUE).filter(|_| s & ONCPU != 0)
         } else {
             slot::idle_cid(s)
@@ -804,10 +794,10 @@ impl Registration {
         // Relaxed: our word is UNSET, so a walk skips it whatever it reads here (not a D-exit X1).
         self.rec.running.store(0, Relaxed);
         // Release: X1 of D-core; hands the slot's CID, with our writes, to the next borrower (I8).
-        let at = if g.mutant(MUTANT_EXIT_TO_FIRST_SLOT) { slot_at(core_of(at), 0) } else { at };
+        let at = if g.knob.is(Mutant::ExitToFirstSlot) { slot_at(core_of(at), 0) } else { at };
         g.slot(at).store(slot::owned(cid), Release);
         (self.hint_at, self.hint_word) = (at as u32, slot::owned(cid));
-        if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
+        if !g.knob.is(Mutant::NoExitBarrier) {
             compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_core_other if needed)
         }
         let m = g.hot.mode.load(Acquire); // X3
@@ -819,7 +809,7 @@ impl Registration {
     /// Per-CPU exit that may need more: the full fence of a group without membarrier, or a switch ran.
     #[inline(never)]
     fn exit_core_other(&mut self, at: usize, cid: u32, m: u32) {
-        let m = self.group.inner.mode_after_light_barrier(m, MUTANT_NO_EXIT_BARRIER); // X3 after the whole barrier
+        let m = self.group.inner.mode_after_light_barrier(m, Mutant::NoExitBarrier); // X3 after the whole barrier
         if m & ONCPU == 0 {
             self.exit_slow_core(at, cid, m);
         }
@@ -831,7 +821,7 @@ impl Registration {
         let g = &*self.group.inner;
         // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
         self.rec.running.store(0, Release);
-        if !g.mutant(MUTANT_NO_EXIT_BARRIER) {
+        if !g.knob.is(Mutant::NoExitBarrier) {
             compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_task_other if needed)
         }
         let m = g.hot.mode.load(Acquire); // X3
@@ -843,7 +833,7 @@ impl Registration {
     /// Per-task exit that may need more: the full fence of a group without membarrier, or a switch ran.
     #[inline(never)]
     fn exit_task_other(&mut self, w: u32, m: u32) {
-        let m = self.group.inner.mode_after_light_barrier(m, MUTANT_NO_EXIT_BARRIER); // X3 after the whole barrier
+        let m = self.group.inner.mode_after_light_barrier(m, Mutant::NoExitBarrier); // X3 after the whole barrier
         if m != PER_TASK {
             self.exit_slow_task(w, m);
         }
@@ -931,7 +921,7 @@ impl Registration {
     /// same Dekker pair as X1..X3 (our placement is the store, a new switch's F1..F3 the other side).
     fn adopted_for(&self, want: u32) -> bool {
         let g = &*self.group.inner;
-        if g.mutant(MUTANT_NO_ADOPT_RECHECK) {
+        if g.knob.is(Mutant::NoAdoptRecheck) {
             return true;
         }
         g.light_barrier();
@@ -1123,7 +1113,8 @@ mod tests {
     }
 
     /// `reg`'s next enter must converge from its one out-of-range CID to CID 0, with no bit set in the bitmap
-    /// where a preempted converger would sit (taking first, `ConvergeTakesFirst`'s order, shows two there).
+    /// where a preempted converger would sit (taking first, the former order that
+    /// `loom-tests/tests/litmus_m8_convergence_order.rs` keeps, shows two there).
     fn assert_converges_holding_nothing(group: &Group, reg: &mut Registration) {
         let cid = reg.enter().cid().get();
         let seen = MID_CONVERGENCE.with(|seen| seen.take());

@@ -1,4 +1,12 @@
-//! Loom models of mmcid live in `tests/`; this crate only exists so they build in isolation (docs/loom.md).
+//! Loom models of mmcid live in `tests/`; this crate only exists so they build in isolation (docs/loom.md). Two kinds,
+//! told apart by their file names:
+//!
+//! * `mN_*.rs`, models of the real code: they build groups and registrations of the library (under `--cfg loom`
+//!   its atomics are loom's) and run its enter, exit, switch and claim paths; their twins turn one of the
+//!   library's loom knobs (`mmcid::Mutant`, `src/mutants.rs`).
+//! * `litmus_mN_*.rs`, litmus copies: a pattern written out with its own atomics, no library code (the kernel's
+//!   earlier designs in models 1 and 5, convergence's former order for model 8, a loom gap for model 11), each
+//!   with its own twin.
 //!
 //! Under `--cfg loom` it also holds the harness every model shares: `model` (bounded exploration with the
 //! environment in charge), `Cids` (the independent exclusivity / hand-over checker) and `quiescent` /

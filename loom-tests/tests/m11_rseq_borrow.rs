@@ -10,8 +10,8 @@
 //! The group models the sequence with one lock per core held across it, and the RSEQ membarrier as a SeqCst fence
 //! followed by taking and releasing every core's lock: once the barrier returns, each sequence either committed
 //! before it or starts after it, which is what the kernel's abort guarantees. Writers on other cores interleave
-//! with the sequence freely, as on the hardware. (The model's commit is a `swap`: see `Inner::rseq_store_if` and
-//! docs/loom.md for the loom coherence gap a plain store runs into.)
+//! with the sequence freely, as on the hardware. (The model's commit is a `swap`: see `Inner::rseq_store_if`,
+//! `litmus_m11_loom_gap.rs` and docs/loom.md for the loom coherence gap a plain store runs into.)
 #![cfg(loom)]
 
 use loom::thread;
@@ -336,48 +336,4 @@ fn guard_holder_vs_update_sequence() {
 #[should_panic(expected = "Causality violation")]
 fn guard_holder_vs_update_sequence_mutant_ignores_busy() {
     holder_vs_update("guard_holder_vs_update_sequence_mutant_ignores_busy", Mutant::SequenceIgnoresBusy);
-}
-
-/// Why the modelled commit is a `swap` (no mmcid involved): T2 stores 10 over the 1 it read, under a lock; the
-/// main thread CASes 1 → 2, then takes and releases the lock, then CASes 2 → 3. In C11 both CASes and T2's store
-/// cannot all succeed: if T2 locked first its store happens-before the second CAS, which must then read 10 or
-/// later; if the main thread locked first, T2 must read 2 or later. `store` is reported anyway by loom 0.7 (this
-/// test pins that: it fails once loom closes the gap, and then the model may go back to a plain store).
-fn store_vs_cas(swap: bool) {
-    use loom::sync::atomic::{AtomicU32, Ordering::*};
-    use loom::sync::{Arc, Mutex};
-    loom::model(move || {
-        let (x, m) = (Arc::new(AtomicU32::new(1)), Arc::new(Mutex::new(())));
-        let t2 = {
-            let (x, m) = (x.clone(), m.clone());
-            thread::spawn(move || {
-                let _cpu = m.lock().unwrap();
-                if x.load(Acquire) != 1 {
-                    return false;
-                }
-                if swap {
-                    x.swap(10, Relaxed);
-                } else {
-                    x.store(10, Relaxed);
-                }
-                true
-            })
-        };
-        let both = x.compare_exchange(1, 2, AcqRel, Acquire).is_ok() && {
-            drop(m.lock().unwrap());
-            x.compare_exchange(2, 3, AcqRel, Acquire).is_ok()
-        };
-        assert!(!(t2.join().unwrap() && both), "loom coherence gap: a CAS read a value overwritten before it");
-    });
-}
-
-#[test]
-#[should_panic(expected = "loom coherence gap")]
-fn loom_gap_plain_store_vs_cas() {
-    store_vs_cas(false);
-}
-
-#[test]
-fn loom_gap_closed_by_swap() {
-    store_vs_cas(true);
 }
