@@ -158,6 +158,7 @@ mod percid;
 mod registration;
 #[cfg(not(loom))]
 mod runtime;
+mod slots;
 mod state;
 mod stats;
 mod sync;
@@ -169,13 +170,14 @@ pub use cpuset::CpuSet;
 pub use error::Error;
 #[doc(hidden)]
 pub use group::Audit;
-pub use group::{Group, GroupBuilder, MAX_CIDS_PER_CORE};
+pub use group::{Group, GroupBuilder};
 #[cfg(loom)]
 pub use mutants::Mutant;
 pub use percid::{IterVisited, PerCid};
 pub use registration::{Cid, CidGuard, CidKind, Registration};
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};
+pub use slots::MAX_CIDS_PER_CORE;
 pub use state::Mode;
 pub use stats::Stats;
 

@@ -4,6 +4,7 @@
 
 use crate::group::*;
 use crate::mutants::Mutant;
+use crate::slots::{core_of, slot_at, MAX_CIDS_PER_CORE};
 use crate::state::*;
 use crate::stats::{Counters, Ev};
 use crate::sync::{compiler_fence, Arc, AtomicU32, Ordering::*};
@@ -165,22 +166,22 @@ const SLOT_TRIES: usize = 3;
 /// assert_eq!(first, again); // I3: stable while membership is unchanged (per-task mode)
 /// ```
 pub struct Registration {
-    group: Group,
-    rec: Arc<RegRec>,
-    index: usize,
-    cpu: Option<usize>,
+    pub(crate) group: Group,
+    pub(crate) rec: Arc<RegRec>,
+    pub(crate) index: usize,
+    pub(crate) cpu: Option<usize>,
     /// The per-CPU or temporary guard entered last, until its exit: still set at the next enter or at the drop
     /// only if that guard was passed to `mem::forget`, and then given back there (design.md §4.6).
-    outstanding: Entered,
+    pub(crate) outstanding: Entered,
     /// The slot the last per-CPU guard released (`slot_at`), and the idle word it stored there: the per-CPU fast
     /// path borrows that word without loading the slot first when it enters on the same core (§4.1). Only a
     /// prediction: the borrow compares the slot with it, so a stale one just fails the borrow.
-    hint_at: u32,
-    hint_word: u32,
+    pub(crate) hint_at: u32,
+    pub(crate) hint_word: u32,
     /// The slot into which this registration's last steal moved a CID (`slot_at`), or `u32::MAX`: a steal that
     /// takes from it again takes back the CID it carried there, the sign of a steal storm (design.md §4.5.1).
     /// Written only on the steal path.
-    stole_into: u32,
+    pub(crate) stole_into: u32,
 }
 
 impl std::fmt::Debug for Registration {
@@ -251,7 +252,7 @@ impl Registration {
     }
 
     #[inline(always)]
-    fn cpu_index(&self) -> usize {
+    pub(crate) fn cpu_index(&self) -> usize {
         // rseq groups borrow on the CPU the kernel says we run on: a sequence on another core's slot never commits.
         // (Loom keeps the declared core: it is the modelled CPU.)
         let g = &*self.group.inner;
@@ -682,97 +683,6 @@ impl Registration {
             }
         }
         None
-    }
-
-    /// Where a whole per-CPU update may run as one restartable sequence (design.md §9.2): `(slot index, idle slot
-    /// word, its CID)` in an rseq group in per-CPU mode, with this registration owning no CID and the core's first
-    /// CID idle and in range, or else one of its extra CIDs idle (design.md §2.6); `None` wherever a guard is
-    /// needed instead. (The caller's `sequences_apply` test is repeated here so that no caller can skip it: it is
-    /// what keeps CAS borrowers away from the slot.)
-    #[inline(always)]
-    fn sequence_target(&self) -> Option<(usize, u32, u32)> {
-        let g = &*self.group.inner;
-        // Relaxed: only we store CIDs into our word (others store UNSET).
-        if !g.sequences_apply() || self.rec.cid.load(Relaxed) != UNSET {
-            return None;
-        }
-        let cpu = self.cpu_index();
-        let at = slot_at(cpu, 0);
-        // Relaxed: a hint; the sequence compares the slot again and acquires through it (I8).
-        let s = g.slot(at).load(Relaxed);
-        let c = if g.knob.is(Mutant::SequenceIgnoresBusy) {
-            Some(s & VALUE).filter(|_| s & ONCPU != 0)
-        } else {
-            slot::idle_cid(s)
-        };
-        match c {
-            Some(c) if (c as usize) < g.max_cids() => Some((at, s, c)),
-            Some(_) => None, // out of range: the guard path converges it (I4)
-            None if s & BUSY != 0 => self.extra_sequence_target(cpu),
-            None => None,
-        }
-    }
-
-    /// `sequence_target` when core `cpu`'s first CID is busy: its first idle extra CID, if any.
-    #[inline(never)]
-    fn extra_sequence_target(&self, cpu: usize) -> Option<(usize, u32, u32)> {
-        let g = &*self.group.inner;
-        // Relaxed: as in `sequence_target`, hints the sequence validates.
-        g.core_slots(cpu).skip(1).find_map(|(at, slot)| {
-            let s = slot.load(Relaxed);
-            slot::idle_cid(s).map(|c| (at, s, c))
-        })
-    }
-
-    /// `ShardedCounter`'s whole update as one restartable sequence, in an rseq group: in per-task mode on the CID
-    /// this registration owns (design.md §9.3), in per-CPU mode on its core's idle CID (§9.2), adding `n` to that
-    /// CID's shard (`shard` finds it, if installed) only while the CID is ours or nobody borrows it: no guard, no
-    /// `running` flag, nothing held that a preemption could strand. False (nothing done) wherever a guard is needed.
-    #[cfg(not(loom))]
-    #[inline(always)]
-    pub(crate) fn add_in_sequence<'s>(
-        &self,
-        shard: impl FnOnce(usize) -> Option<&'s std::sync::atomic::AtomicU64>,
-        n: u64,
-    ) -> bool {
-        let g = &*self.group.inner;
-        let done = match self.owned_sequence_target() {
-            Some(w) => shard(w as usize)
-                .is_some_and(|cell| sys::rseq::add_if_owned(g.hot.rseq_area, &g.hot.mode, &self.rec.cid, w, cell, n)),
-            None => self.sequence_target().is_some_and(|(at, s, c)| {
-                shard(c as usize).is_some_and(|cell| {
-                    sys::rseq::add_if(g.hot.rseq_area, core_of(at) as u32, &g.hot.mode, g.slot(at), s, cell, n)
-                })
-            }),
-        };
-        if done {
-            self.rec.counters.bump(Ev::Sequence);
-        }
-        done
-    }
-
-    /// Where a whole update may run as one restartable sequence in per-task mode (design.md §9.3): the CID this
-    /// registration owns, in an rseq group, below `max_cids` (else the guard path converges it, I4). The mode is
-    /// not read here: the sequence compares it (and the word) inside, and in per-CPU mode the word is UNSET, which
-    /// no `max_cids` exceeds.
-    #[inline(always)]
-    fn owned_sequence_target(&self) -> Option<u32> {
-        let g = &*self.group.inner;
-        // Relaxed: a hint the sequence compares again (the word is our own: only fixups change it, to UNSET).
-        let w = self.rec.cid.load(Relaxed);
-        (g.hot.rseq && (w as usize) < g.max_cids()).then_some(w)
-    }
-
-    /// Loom only: `add_in_sequence` with the update `f(cid)` run inside the modelled sequence (loom models 11, 14).
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn update_in_sequence(&self, f: impl FnOnce(usize)) -> bool {
-        let g = &*self.group.inner;
-        if let Some(w) = self.owned_sequence_target() {
-            return g.rseq_run_if_owned(self.cpu.unwrap_or(0), &self.rec.cid, w, || f(w as usize));
-        }
-        let Some((at, s, c)) = self.sequence_target() else { return false };
-        g.rseq_run_if(at, s, || f(c as usize))
     }
 
     /// Exit (design.md §4.2). The per-task and per-CPU paths are inlined; temporaries are out of line.
