@@ -1,12 +1,13 @@
 //! `Group`: one CID space, its limits, its mode and the lifecycle operations that switch modes (design.md §3, §5).
 
+use crate::barriers::NOT_A_MODE;
 use crate::bitmap::{Bitmap, MAX_BITS};
 use crate::mutants::{Knob, Mutant};
 use crate::registration::{RegRec, Registration};
 use crate::slots::{CoreSlots, MAX_CIDS_PER_CORE};
 use crate::state::*;
 use crate::stats::{Counters, Ev, Stats};
-use crate::sync::{compiler_fence, fence, Arc, AtomicU32, AtomicUsize, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU32, AtomicUsize, Mutex, Ordering};
 use crate::{sys, CpuSet, Error};
 use crossbeam_utils::CachePadded;
 
@@ -77,9 +78,6 @@ pub(crate) struct Hot {
     /// rseq groups: `__rseq_offset` (`sys::rseq::area`), where the borrowing thread's rseq area lies.
     pub(crate) rseq_area: isize,
 }
-
-/// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
-pub(crate) const NOT_A_MODE: u32 = u32::MAX;
 
 pub(crate) struct Inner {
     pub(crate) hot: CachePadded<Hot>,
@@ -701,119 +699,6 @@ impl Inner {
         self.users.load(Ordering::Relaxed) + self.cores
     }
 
-    /// Light side of the Dekker pairs (E2, X2): a compiler fence when the heavy side uses membarrier, else a
-    /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1. The fast paths split it in two: the
-    /// compiler fence inline, `light_barrier_rest` out of line.
-    #[inline(always)]
-    pub(crate) fn light_barrier(&self) {
-        compiler_fence(Ordering::SeqCst);
-        self.light_barrier_rest();
-    }
-
-    /// The part of the light barrier that the inline fast paths leave out: after their compiler fence, the full
-    /// fence of a group without membarrier. Returns whether it fenced, i.e. whether loads made before it must be
-    /// made again.
-    #[inline(always)]
-    pub(crate) fn light_barrier_rest(&self) -> bool {
-        let full = !self.hot.asym;
-        if full {
-            // E2 / X2 without membarrier: pairs with F2's SeqCst fence (Dekker pairs D-enter, D-exit, D-core, §5.1).
-            fence(Ordering::SeqCst);
-        }
-        full
-    }
-
-    /// After a fast path's compiler fence and its load `m` of the mode word (E3 or X3): completes the light barrier
-    /// (unless loom mutant `skip` removes it) and returns the mode word as read after the whole barrier.
-    #[inline(always)]
-    pub(crate) fn mode_after_light_barrier(&self, m: u32, skip: Mutant) -> u32 {
-        if !self.knob.is(skip) && self.light_barrier_rest() {
-            self.hot.mode.load(Ordering::Acquire)
-        } else {
-            m
-        }
-    }
-
-    /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence. In rseq groups
-    /// the RSEQ membarrier, which also aborts every restartable sequence in flight (design.md §4.1.1). False if
-    /// the membarrier failed (design.md §12): then it ordered nothing, and the caller must not rely on it.
-    fn heavy_barrier(&self) -> bool {
-        if self.hot.rseq && !self.knob.is(Mutant::PlainFixupBarrier) {
-            self.rseq_barrier()
-        } else if self.hot.asym {
-            self.membarrier(false)
-        } else {
-            fence(Ordering::SeqCst);
-            true
-        }
-    }
-
-    /// The RSEQ membarrier: once it returns true, every borrow sequence has either committed (and its store is
-    /// visible to us) or will start after it (and see everything we stored before). False if it failed (design.md
-    /// §12). Loom: a full fence, then every core's sequence lock taken and released.
-    fn rseq_barrier(&self) -> bool {
-        #[cfg(not(loom))]
-        {
-            self.membarrier(true)
-        }
-        #[cfg(loom)]
-        {
-            if self.failing_barriers {
-                return false;
-            }
-            fence(Ordering::SeqCst);
-            for cs in self.cs.iter() {
-                drop(cs.lock().unwrap_or_else(|e| e.into_inner()));
-            }
-            true
-        }
-    }
-
-    /// One membarrier, the RSEQ command if `rseq`: retried while it fails with a transient error, false if it
-    /// failed after all (design.md §12). Tests can make it fail (`fail_barriers`).
-    #[cfg(not(loom))]
-    fn membarrier(&self, rseq: bool) -> bool {
-        sys::membarrier_retrying(|| {
-            #[cfg(test)]
-            if let Some(errno) = self.fail_barriers.next() {
-                return Err(errno);
-            }
-            if rseq {
-                sys::membarrier_rseq()
-            } else {
-                sys::membarrier()
-            }
-        })
-        .is_ok()
-    }
-
-    /// Loom has no membarrier: a group has asymmetric fences only when built with `failing_barriers`.
-    #[cfg(loom)]
-    fn membarrier(&self, _rseq: bool) -> bool {
-        !self.failing_barriers
-    }
-
-    /// F2 of a switch: whether its walk may take what the light side could still be using. False, counted, when
-    /// the barrier failed: the task → CPU walk then takes nothing, and the CPU → task sweep of an rseq group
-    /// neither (design.md §12).
-    fn fixup_barrier(&self, life: &Life) -> bool {
-        if self.knob.is(Mutant::NoFixupBarrier) || self.heavy_barrier() {
-            return true;
-        }
-        life.counters.bump(Ev::BarrierFailed);
-        self.knob.is(Mutant::IgnoreFailedBarrier)
-    }
-
-    /// The RSEQ membarrier between a claim (or a drain's claims) and its take; false, counted in `c`, when it
-    /// failed: the claimer then gives its claims back (`unclaim`, design.md §12).
-    pub(crate) fn claim_barrier(&self, c: &Counters) -> bool {
-        if self.rseq_barrier() {
-            return true;
-        }
-        c.bump(Ev::BarrierFailed);
-        self.knob.is(Mutant::IgnoreFailedClaimBarrier)
-    }
-
     /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
     /// the walk (the kernel's `smp_mb()` before clearing TRANSIT, 47ee94efccf6).
     fn completion_order(&self) -> Ordering {
@@ -958,7 +843,7 @@ impl Inner {
     }
 
     /// CPU → task switch: flip, fence, take idle cores' CIDs, complete.
-    fn switch_to_per_task(&self, life: &mut Life) {
+    pub(crate) fn switch_to_per_task(&self, life: &mut Life) {
         life.counters.bump(Ev::SwitchToTask);
         // F1.
         self.hot.mode.store(TO_PER_TASK, Ordering::Release);

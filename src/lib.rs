@@ -144,6 +144,7 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+mod barriers;
 mod bitmap;
 mod counter;
 mod cpuset;
