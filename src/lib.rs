@@ -162,6 +162,7 @@ mod runtime;
 mod slots;
 mod state;
 mod stats;
+mod switches;
 mod sync;
 mod sys;
 mod view;
