@@ -152,6 +152,7 @@ mod error;
 #[cfg(not(loom))]
 mod fork;
 mod group;
+mod guard;
 #[cfg(not(loom))]
 mod local;
 mod mutants;
@@ -173,10 +174,11 @@ pub use error::Error;
 #[doc(hidden)]
 pub use group::Audit;
 pub use group::{Group, GroupBuilder};
+pub use guard::{Cid, CidGuard, CidKind};
 #[cfg(loom)]
 pub use mutants::Mutant;
 pub use percid::{IterVisited, PerCid};
-pub use registration::{Cid, CidGuard, CidKind, Registration};
+pub use registration::Registration;
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};
 pub use slots::MAX_CIDS_PER_CORE;

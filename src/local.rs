@@ -25,7 +25,7 @@
 //! Limit: a thread whose first `Group::enter` runs inside a `pthread_key_create` destructor (after Rust's
 //! thread-local destructors) can no longer register the thread-exit hook, so its registration is never dropped.
 
-use crate::registration::Entered;
+use crate::guard::Entered;
 use crate::{Group, Registration};
 use std::cell::{Cell, RefCell};
 use std::ptr::{self, NonNull};

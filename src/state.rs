@@ -4,7 +4,7 @@
 //! * [`word`]: a registration's word and its `running` flag, `RegRec::cid` and `RegRec::running` (§2.2);
 //! * [`slot`]: a core's slot words, `Inner::slots` (§2.3, §2.6).
 //!
-//! The other packed values have their tables on their own types: the guard's record (`registration::Entered`) and
+//! The other packed values have their tables on their own types: the guard's record (`guard::Entered`) and
 //! the thread-local layer's slot (`local::Parked`).
 
 /// CID value mask: the low 29 bits of a registration word or a slot word (the CID space is `2^29` CIDs at most).
