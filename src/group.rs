@@ -1,4 +1,11 @@
-//! `Group`: one CID space, its limits, its mode and the lifecycle operations that switch modes (design.md §3, §5).
+//! The group (design.md §1, §2.1, §3, §12.3): `Group`, its public API (register, the queries, `stats`, `audit`,
+//! `set_cpus_allowed`) and `GroupBuilder`, and the shared state every role works on: `Inner` with its hot line
+//! (`Hot`: the mode word, whose table is `state::mode`, and what enter reads with it), its slots, bitmap, claim lock
+//! and knob, and the lifecycle state under its lock (`Life`). Membership changes are here (`register_with`,
+//! `Inner::unregister`) and call the switches (`switches.rs`); the fork handlers' hold on a group's locks too
+//! (§12.2, `fork.rs`). The protocol itself is in the role modules: `slots.rs` (the core-slot protocol),
+//! `barriers.rs`, `switches.rs`, `enter.rs` and `exit.rs` (the registration's state machines), `guard.rs`, and
+//! `local.rs` (the thread-local layer, with `Group::enter`).
 
 use crate::barriers::NOT_A_MODE;
 use crate::bitmap::{Bitmap, MAX_BITS};

@@ -148,7 +148,9 @@ mod barriers;
 mod bitmap;
 mod counter;
 mod cpuset;
+mod enter;
 mod error;
+mod exit;
 #[cfg(not(loom))]
 mod fork;
 mod group;
