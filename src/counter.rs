@@ -45,7 +45,7 @@ use std::fmt;
 ///     }
 /// });
 /// assert_eq!(hits.sum(), 4000);
-/// assert!(hits.shards_allocated() <= 4 + group.cores()); // I2's hard bound: users + cores
+/// assert!(hits.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
 pub struct ShardedCounter {
     group: Group,
