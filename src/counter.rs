@@ -45,7 +45,7 @@ use std::fmt;
 ///     }
 /// });
 /// assert_eq!(hits.sum(), 4000);
-/// assert!(hits.shards_allocated() <= 4 + group.cores()); // I2's hard bound: users + cores
+/// assert!(hits.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
 pub struct ShardedCounter {
     group: Group,
@@ -111,7 +111,7 @@ impl ShardedCounter {
             if let Some(reg) = crate::local::parked(&self.group) {
                 // SAFETY: the parked registration stays alive while we use it: `add_in_sequence` only runs the
                 // sequence and looks up an installed shard, never reaching the thread-local layer (`peek_parked`).
-                if unsafe { reg.as_ref() }.add_in_sequence(|c| shards.installed(c), n) {
+                if unsafe { reg.as_ref() }.add_in_sequence(&self.group.inner, |c| shards.installed(c), n) {
                     return;
                 }
             }
@@ -341,7 +341,9 @@ mod tests {
             let before = group.stats();
             // SAFETY: the closure never reaches the thread-local layer.
             let sequence = |n| unsafe {
-                crate::local::peek_parked(&group, |reg| reg.add_in_sequence(|c| counter.shards.installed(c), n))
+                crate::local::peek_parked(&group, |reg| {
+                    reg.add_in_sequence(&group.inner, |c| counter.shards.installed(c), n)
+                })
             };
             let committed = (0..1000).filter(|_| sequence(2) == Some(true)).count();
             assert!(committed > 900, "only {committed} of 1000 sequence adds committed");
@@ -385,7 +387,9 @@ mod tests {
             assert_eq!(group.mode(), Mode::PerCpu);
             // SAFETY: the closure never reaches the thread-local layer.
             let sequence = |n| unsafe {
-                crate::local::peek_parked(&group, |reg| reg.add_in_sequence(|c| counter.shards.installed(c), n))
+                crate::local::peek_parked(&group, |reg| {
+                    reg.add_in_sequence(&group.inner, |c| counter.shards.installed(c), n)
+                })
             };
             let committed = (0..1000).filter(|_| sequence(2) == Some(true)).count();
             assert!(committed > 900, "only {committed} of 1000 sequence adds committed");

@@ -106,7 +106,7 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 /// let mut all: Vec<u32> = lists.iter_visited().flat_map(|(_cid, v)| v.drain(..)).collect();
 /// all.sort();
 /// assert_eq!(all, [0, 1, 2, 3]);
-/// assert!(lists.shards_allocated() <= 4 + group.cores()); // I2's hard bound: users + cores
+/// assert!(lists.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
 ///
 /// Thread-safety follows `T: Send`, like `Mutex<T>`:
