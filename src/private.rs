@@ -16,6 +16,14 @@ pub fn probe_rseq() {
     crate::sys::rseq::probe();
 }
 
+/// `__rseq_offset`, where every thread's `struct rseq` lies from its thread pointer, if glibc registered an area
+/// the library reads its CPU from (the library's one probe, [`probe_rseq`], which this runs); `None` otherwise
+/// (another libc, glibc < 2.35, a failed registration, an architecture without the rseq read).
+pub fn rseq_offset() -> Option<isize> {
+    probe_rseq();
+    crate::sys::rseq::offset()
+}
+
 /// The size of the library's CID space: the most CIDs a group can hand out.
 pub const MAX_CIDS: usize = crate::bitmap::MAX_BITS;
 

@@ -80,6 +80,13 @@ mod imp {
             CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID)
         }
 
+        /// `__rseq_offset` once `probe` found glibc's registered area, else `None`: for code that reads other
+        /// fields of the area (the examples' kernel `mm_cid` peers, through `__private::rseq_offset`).
+        pub(crate) fn offset() -> Option<isize> {
+            let at = CPU_ID_AT.load(Relaxed);
+            (at != NONE).then(|| at - CPU_ID)
+        }
+
         /// `cpu_id()` for a group built where `critical_sections()` held, with `area` from `area()`: one load.
         #[cfg(target_arch = "x86_64")]
         #[inline(always)]
@@ -348,6 +355,9 @@ mod imp {
             None
         }
         pub(crate) fn probe() {}
+        pub(crate) fn offset() -> Option<isize> {
+            None
+        }
         pub(crate) fn critical_sections() -> bool {
             false
         }
@@ -691,6 +701,9 @@ mod imp {
     }
     pub(crate) mod rseq {
         pub(crate) fn probe() {}
+        pub(crate) fn offset() -> Option<isize> {
+            None
+        }
         pub(crate) fn area() -> isize {
             0
         }

@@ -77,22 +77,12 @@ impl Rseq {
         }
         #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
         {
-            // Looked up at run time rather than linked, so the examples still build on glibc < 2.35.
-            // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other preconditions.
-            let off = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) };
-            // SAFETY: as above.
-            let size = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) };
+            // The library's own probe of glibc's area (the one `dlsym` lookup of `__rseq_offset` in the workspace).
+            let Some(offset) = mmcid::__private::rseq_offset() else {
+                return Err("no rseq area registered by glibc (glibc >= 2.35 with rseq enabled needed)".into());
+            };
             // SAFETY: getauxval has no preconditions; 0 means unknown.
             let kernel = unsafe { libc::getauxval(AT_RSEQ_FEATURE_SIZE) };
-            if off.is_null() || size.is_null() {
-                return Err("this libc does not export __rseq_offset/__rseq_size (glibc >= 2.35 needed)".into());
-            }
-            // SAFETY: glibc defines `__rseq_size` as `const unsigned int` and `__rseq_offset` as `const ptrdiff_t`,
-            // both set before main and never written again.
-            let (size, offset) = unsafe { (*(size as *const u32), *(off as *const isize)) };
-            if size == 0 {
-                return Err("glibc did not register an rseq area".into());
-            }
             if (kernel as isize) < MM_CID + 4 {
                 return Err(format!("the kernel's rseq has no mm_cid (feature size {kernel} < 28; Linux 6.3+)"));
             }
