@@ -1245,21 +1245,45 @@ fn transitional_cid_adopted_by_core_after_switch() {
 }
 
 /// I1 on the per-CPU fast path: many threads entering on one core race for its slot; only the CAS keeps two of
-/// them from borrowing the same CID.
+/// them from borrowing the same CID. Both paths are forced, whatever the machine: first a guard holds the core's
+/// CID while every thread enters on that core, so each of those enters must take a temporary; then the threads,
+/// started together, race for the free slot (how often they collide is up to the scheduler, and the occupancy
+/// checker holds either way).
 #[test]
 fn i1_same_core_contention_per_cpu() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 3000;
     let group = sim(2);
     let occ = Arc::new(Occupancy::new(64));
     let payload = Arc::new(Payload::new(64));
-    let regs: Vec<_> = (0..4).map(|_| group.register()).collect();
+    let mut holder = group.register();
+    holder.set_cpu(Some(0)).unwrap();
+    let regs: Vec<_> = (0..THREADS).map(|_| group.register()).collect();
     assert_eq!(group.mode(), Mode::PerCpu);
+    let held = holder.enter();
+    assert_eq!(held.kind(), CidKind::Core(0));
+    occ.enter(held.cid().get());
+    // Every thread enters once while the core's CID is held, then all wait for the release.
+    let (entered, released) = (Arc::new(Gate::new(THREADS + 1)), Arc::new(Gate::new(THREADS + 1)));
+    let start = Arc::new(Gate::new(THREADS));
     let handles: Vec<_> = regs
         .into_iter()
         .map(|mut reg| {
             let (occ, payload) = (occ.clone(), payload.clone());
+            let (entered, released, start) = (entered.clone(), released.clone(), start.clone());
             thread::spawn(move || {
                 reg.set_cpu(Some(0)).unwrap();
-                for _ in 0..3000 {
+                {
+                    let g = reg.enter();
+                    assert_eq!(g.kind(), CidKind::Temporary, "core 0's CID is held by another guard");
+                    occ.enter(g.cid().get());
+                    payload.bump(g.cid().get());
+                    occ.exit(g.cid().get());
+                }
+                entered.wait();
+                released.wait();
+                start.wait(); // all at once, so that the threads of the core overlap where the machine lets them
+                for _ in 0..ROUNDS {
                     let g = reg.enter();
                     let cid = g.cid().get();
                     occ.enter(cid);
@@ -1269,12 +1293,17 @@ fn i1_same_core_contention_per_cpu() {
             })
         })
         .collect();
+    entered.wait();
+    occ.exit(held.cid().get());
+    drop(held);
+    released.wait();
     for h in handles {
         h.join().unwrap();
     }
-    assert_eq!(payload.sum(), 4 * 3000);
+    assert_eq!(payload.sum(), (THREADS * (ROUNDS + 1)) as u64);
     let s = group.stats();
-    assert!(s.enter_cpu_fast > 0 && s.enter_temporary > 0, "both paths exercised: {s:?}");
+    assert!(s.enter_cpu_fast >= 1 && s.enter_temporary >= THREADS as u64, "both paths exercised: {s:?}");
+    drop(holder);
     assert_quiescent_empty(&group);
 }
 

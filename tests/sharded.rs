@@ -138,7 +138,8 @@ fn counter_conservation_under_churn() {
 /// Conservation on the machine's real cores, where per-CPU adds are restartable sequences (design.md §9.2) when
 /// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (some of them must commit as
 /// sequences, `Stats::counter_sequences`; the share is printed) and, one operation in
-/// eight, under a guard of their own registration (`add_with`); threads
+/// eight, under a guard of their own registration (`add_with`); 100 000 operations per thread and round on 2
+/// cores, the same total spread over the threads of a larger machine (`common::per_thread`); threads
 /// re-register every round, so the group crosses into per-CPU mode (on 2 cores it goes back only at the end).
 /// The same with rseq off. It checks the whole-counter bookkeeping across both paths; the races themselves are
 /// checked where they can be forced: `counter::tests::sequence_adds_never_touch_a_held_cid` (a guard holder and
@@ -149,6 +150,7 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
         let group = Group::builder().restartable_sequences(rseq).build().unwrap();
         let counter = ShardedCounter::new(&group);
         let threads = 4 * group.cpus().len();
+        let ops = common::per_thread(100_000, threads);
         let start = Gate::new(threads);
         let nets: Vec<u64> = thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
@@ -159,7 +161,7 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
                         for round in 0..4u64 {
                             let mut reg = group.register();
                             start.wait(); // every round runs all threads at once
-                            for i in 0..100_000u64 {
+                            for i in 0..ops {
                                 let v = (i * 7 + t as u64 + round) % 13;
                                 match i % 8 {
                                     3 => {

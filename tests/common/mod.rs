@@ -4,6 +4,13 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
+/// Operations for each of `threads` threads of a test written for `n` per thread on 2 CPUs with 4 threads per
+/// CPU (8 threads): the same total, so that the test costs about the same CPU time on any machine (a 64-CPU
+/// guest under emulation included), but at least `n / 32` each.
+pub fn per_thread(n: u64, threads: usize) -> u64 {
+    (n * 8 / threads.max(1) as u64).max(n / 32).max(1)
+}
+
 /// A per-CID occupancy counter that must never exceed 1 (I1), independent of the library.
 pub struct Occupancy {
     slots: Vec<AtomicUsize>,
