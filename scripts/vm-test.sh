@@ -21,6 +21,8 @@
 #   --binary-timeout S   limit for one binary inside the guest (killed, reported as failed) [1200]
 #   --mem MIB            guest memory [2048 + twice the initramfs]
 #   --accel A            auto | kvm | tcg: auto uses KVM when a probe guest boots with it, TCG otherwise [auto]
+#   --time-scale N       MMCID_TEST_TIME_SCALE in the guest: the tests' deadlock detectors wait N times longer
+#                        [10 under TCG, 1 under KVM]
 #   --no-build           use the binaries the last build left (cargo's JSON list in target/vm-test/)
 #   --report-time        each test's time in the binaries' output (libtest's unstable --report-time)
 #   -v, --verbose        stream the guest's console (otherwise it is in the run's console.log only)
@@ -67,6 +69,7 @@ timeout_s=3600
 binary_timeout=1200
 mem=""
 accel=auto
+time_scale=""
 build=1
 verbose=0
 report_time=0
@@ -83,6 +86,7 @@ while [ $# -gt 0 ]; do
     --binary-timeout) binary_timeout=${2:-}; whole --binary-timeout "$binary_timeout"; shift ;;
     --mem) mem=${2:-}; whole --mem "$mem"; shift ;;
     --accel) accel=${2:-}; shift ;;
+    --time-scale) time_scale=${2:-}; whole --time-scale "$time_scale"; shift ;;
     --no-build) build=0 ;;
     --report-time) report_time=1 ;;
     -v | --verbose) verbose=1 ;;
@@ -449,6 +453,50 @@ check_example() {
 }
 
 # ---------------------------------------------------------------------------------------------------------------
+# KVM or TCG. A probe guest (busybox alone) tells whether KVM boots here; the answer is cached per host kernel and
+# QEMU version. Nested hosts can expose /dev/kvm and still crash the guest.
+
+qemu_version=$(qemu-system-x86_64 --version | head -n 1)
+probe_kvm() {
+    local key probe_root probe_cpio out
+    key="$(uname -r) ${qemu_version}"
+    if [ -f "$cache/kvm-probe" ] && [ "$(head -n 1 "$cache/kvm-probe")" = "$key" ]; then
+        [ "$(sed -n 2p "$cache/kvm-probe")" = ok ]
+        return
+    fi
+    probe_root=$(mktemp -d "$work/probe.XXXXXX")
+    mkdir -p "$probe_root/bin"
+    cp "$busybox" "$probe_root/bin/busybox"
+    printf '#!/bin/busybox sh\necho @@VMTEST-PROBE-OK\n/bin/busybox poweroff -f\n' >"$probe_root/init"
+    chmod +x "$probe_root/init"
+    probe_cpio="$probe_root.cpio"
+    (cd "$probe_root" && find . | "$busybox" cpio -o -H newc >"$probe_cpio" 2>/dev/null)
+    out=$(timeout -k 5 30 qemu-system-x86_64 -accel kvm -cpu host -smp 2 -m 256 -nodefaults -no-user-config \
+        -display none -no-reboot -serial stdio -kernel "$vmlinuz" -initrd "$probe_cpio" \
+        -append "console=ttyS0 quiet panic=-1" </dev/null 2>&1 || true)
+    rm -rf "$probe_root" "$probe_cpio"
+    if grep -q '@@VMTEST-PROBE-OK' <<<"$out"; then
+        printf '%s\nok\n' "$key" >"$cache/kvm-probe"
+        return 0
+    fi
+    printf '%s\nfails\n' "$key" >"$cache/kvm-probe"
+    return 1
+}
+case "$accel" in
+kvm) accel_args=(-accel kvm -cpu host) ;;
+tcg) accel_args=(-accel tcg,thread=multi -cpu max) ;;
+auto)
+    if [ -r /dev/kvm ] && [ -w /dev/kvm ] && probe_kvm; then
+        accel=kvm
+        accel_args=(-accel kvm -cpu host)
+    else
+        accel=tcg
+        accel_args=(-accel tcg,thread=multi -cpu max)
+    fi
+    ;;
+esac
+
+# ---------------------------------------------------------------------------------------------------------------
 # The initramfs: busybox, the binaries (debug info stripped where strip exists), the libraries ldd names, /init.
 
 root="$work/root"
@@ -518,6 +566,8 @@ run() {
 }
 EOF
     echo "binary_timeout=$binary_timeout"
+    # The tests' deadlock detectors wait this many times longer (tests/common's patience).
+    echo "export MMCID_TEST_TIME_SCALE=${time_scale:-$([ "$accel" = kvm ] && echo 1 || echo 10)}"
     if [ "$report_time" -eq 1 ]; then
         # libtest takes its unstable options from a stable toolchain's binaries when RUSTC_BOOTSTRAP is set.
         echo "export RUSTC_BOOTSTRAP=1"
@@ -547,50 +597,6 @@ initrd="$work/initramfs.cpio"
 (cd "$root" && find . | "$busybox" cpio -o -H newc >"$initrd" 2>/dev/null)
 initrd_mib=$(($(stat -c %s "$initrd") / 1048576 + 1))
 [ -n "$mem" ] || mem=$((2048 + 2 * initrd_mib))
-
-# ---------------------------------------------------------------------------------------------------------------
-# KVM or TCG. A probe guest (busybox alone) tells whether KVM boots here; the answer is cached per host kernel and
-# QEMU version. Nested hosts can expose /dev/kvm and still crash the guest.
-
-qemu_version=$(qemu-system-x86_64 --version | head -n 1)
-probe_kvm() {
-    local key probe_root probe_cpio out
-    key="$(uname -r) ${qemu_version}"
-    if [ -f "$cache/kvm-probe" ] && [ "$(head -n 1 "$cache/kvm-probe")" = "$key" ]; then
-        [ "$(sed -n 2p "$cache/kvm-probe")" = ok ]
-        return
-    fi
-    probe_root=$(mktemp -d "$work/probe.XXXXXX")
-    mkdir -p "$probe_root/bin"
-    cp "$busybox" "$probe_root/bin/busybox"
-    printf '#!/bin/busybox sh\necho @@VMTEST-PROBE-OK\n/bin/busybox poweroff -f\n' >"$probe_root/init"
-    chmod +x "$probe_root/init"
-    probe_cpio="$probe_root.cpio"
-    (cd "$probe_root" && find . | "$busybox" cpio -o -H newc >"$probe_cpio" 2>/dev/null)
-    out=$(timeout -k 5 30 qemu-system-x86_64 -accel kvm -cpu host -smp 2 -m 256 -nodefaults -no-user-config \
-        -display none -no-reboot -serial stdio -kernel "$vmlinuz" -initrd "$probe_cpio" \
-        -append "console=ttyS0 quiet panic=-1" </dev/null 2>&1 || true)
-    rm -rf "$probe_root" "$probe_cpio"
-    if grep -q '@@VMTEST-PROBE-OK' <<<"$out"; then
-        printf '%s\nok\n' "$key" >"$cache/kvm-probe"
-        return 0
-    fi
-    printf '%s\nfails\n' "$key" >"$cache/kvm-probe"
-    return 1
-}
-case "$accel" in
-kvm) accel_args=(-accel kvm -cpu host) ;;
-tcg) accel_args=(-accel tcg,thread=multi -cpu max) ;;
-auto)
-    if [ -r /dev/kvm ] && [ -w /dev/kvm ] && probe_kvm; then
-        accel=kvm
-        accel_args=(-accel kvm -cpu host)
-    else
-        accel=tcg
-        accel_args=(-accel tcg,thread=multi -cpu max)
-    fi
-    ;;
-esac
 
 # Kernel command line. lpj skips the per-CPU delay-loop calibration (minutes for 64 vCPUs under TCG);
 # tsc=unstable keeps the kernel from flipping the sched_clock static key after the CPUs are up: under

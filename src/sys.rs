@@ -518,6 +518,14 @@ pub(crate) mod tests {
         Some(if cfg!(debug_assertions) { 2_000_000 } else { 10_000_000 })
     }
 
+    /// How long a deadlock detector waits: `secs` seconds, times the whole number in `MMCID_TEST_TIME_SCALE`
+    /// (default 1) on a machine far slower than real hardware (as `tests/common`'s `patience`).
+    #[cfg(target_arch = "x86_64")]
+    fn patience(secs: u64) -> std::time::Duration {
+        let scale = std::env::var("MMCID_TEST_TIME_SCALE").ok().and_then(|s| s.parse::<u64>().ok()).filter(|&s| s >= 1);
+        std::time::Duration::from_secs(secs.saturating_mul(scale.unwrap_or(1)))
+    }
+
     /// Rounds for each of `threads` threads of a test written for `rounds` per thread on 2 CPUs (8 threads): the
     /// same total, so that the test costs about the same CPU time on any machine (and as many preemptions and
     /// migrations happen in it, which is what these tests count on), but at least `rounds / 32` each.
@@ -725,10 +733,10 @@ pub(crate) mod tests {
             // to which pthread_kill may send (or report ESRCH).
             let rc = unsafe { libc::pthread_kill(worker.as_pthread_t(), libc::SIGUSR2) };
             assert_eq!(rc, 0, "pthread_kill failed after {sent} signals");
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let deadline = std::time::Instant::now() + patience(30);
             while HANDLED.load(Relaxed) == sent {
                 assert!(!worker.is_finished(), "the worker ended with signal {} pending", sent + 1);
-                assert!(std::time::Instant::now() < deadline, "signal {} not handled in 30 s", sent + 1);
+                assert!(std::time::Instant::now() < deadline, "signal {} not handled in {:?}", sent + 1, patience(30));
                 std::thread::yield_now();
             }
         }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Gate, Occupancy, Payload, StopOnDrop};
+use common::{patience, Gate, Occupancy, Payload, StopOnDrop};
 use mmcid::{CidKind, CpuSet, Error, Group, Mode};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
@@ -739,7 +739,7 @@ fn i6_nobody_waits_for_a_guard_holder() {
         drop(other);
     });
     // A deadlock detector, not a time budget.
-    let (cid, kind, mode_back, mode_forth) = done_rx.recv_timeout(Duration::from_secs(30)).expect("I6: blocked");
+    let (cid, kind, mode_back, mode_forth) = done_rx.recv_timeout(patience(30)).expect("I6: blocked");
     assert_ne!(cid, held);
     assert_eq!(kind, CidKind::Temporary);
     assert_eq!((mode_back, mode_forth), (Mode::PerTask, Mode::PerCpu));
@@ -1048,7 +1048,7 @@ fn kernel_bpf_ci_fifth_thread_while_migrating() {
         switched.store(true, SeqCst);
         for _ in 0..4 {
             // A deadlock detector, not a time budget.
-            done_rx.recv_timeout(Duration::from_secs(30)).expect("a worker livelocked or died");
+            done_rx.recv_timeout(patience(30)).expect("a worker livelocked or died");
         }
         handles.into_iter().for_each(|h| h.join().unwrap());
         drop(fifth);

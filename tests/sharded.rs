@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Gate, StopOnDrop};
+use common::{patience, Gate, StopOnDrop};
 use mmcid::{CidGuard, CpuSet, Error, Group, PerCid, Registration, ShardedCounter};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -536,7 +536,7 @@ fn hand_over_needs_no_atomics_inside_the_guard() {
     // threads of that core get in turn as well). Every 16th increment yields between its read and its write, so
     // the core's other thread runs while the CID is held. Each thread goes on past its 2000 increments until 200
     // hand-overs (a shard last written by another thread) were seen, counted in the shards themselves: without
-    // them the total would check nothing. Not reaching them in 30 s fails the test (a deadlock detector: an idle
+    // them the total would check nothing. Not reaching them in 30 s (`patience`) fails the test (a deadlock detector: an idle
     // 2-core machine sees thousands in well under a second).
     const THREADS: usize = 4;
     const MIN_OPS: u64 = 2_000;
@@ -544,7 +544,7 @@ fn hand_over_needs_no_atomics_inside_the_guard() {
     let group = Group::builder().virtual_cpus(2).build().unwrap();
     let mut per_cid: PerCid<Tally> = PerCid::new(&group);
     let (registered, hand_overs) = (Gate::new(THREADS), AtomicUsize::new(0));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + patience(30);
     let ops: u64 = thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
@@ -558,8 +558,9 @@ fn hand_over_needs_no_atomics_inside_the_guard() {
                     while i < MIN_OPS || hand_overs.load(Relaxed) < MIN_HAND_OVERS {
                         assert!(
                             std::time::Instant::now() < deadline,
-                            "{} hand-overs in 30 s",
-                            hand_overs.load(Relaxed)
+                            "{} hand-overs in {:?}",
+                            hand_overs.load(Relaxed),
+                            patience(30)
                         );
                         let mut guard = reg.enter();
                         let tally = per_cid.get_mut(&mut guard);
