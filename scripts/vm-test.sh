@@ -124,14 +124,17 @@ as_root() {
     fi
 }
 
+# Without network, fail in seconds rather than retry for minutes.
+apt_opts=(-q -o Acquire::Retries=0 -o Acquire::http::Timeout=20 -o Acquire::https::Timeout=20)
+
 # Installs Debian packages with apt-get (updating the package lists once if the first try fails).
 apt_install() {
     command -v apt-get >/dev/null || return 1
     say "installing $* (apt-get)"
-    export DEBIAN_FRONTEND=noninteractive
-    as_root apt-get install -y -q --no-install-recommends "$@" >"$work/apt.log" 2>&1 && return 0
-    as_root apt-get update -q >>"$work/apt.log" 2>&1 || return 1
-    as_root apt-get install -y -q --no-install-recommends "$@" >>"$work/apt.log" 2>&1
+    local install=(env DEBIAN_FRONTEND=noninteractive apt-get install "${apt_opts[@]}" -y --no-install-recommends "$@")
+    as_root "${install[@]}" >"$work/apt.log" 2>&1 && return 0
+    as_root apt-get update "${apt_opts[@]}" >>"$work/apt.log" 2>&1 || return 1
+    as_root "${install[@]}" >>"$work/apt.log" 2>&1
 }
 
 busybox_bin() {
@@ -190,13 +193,13 @@ resolve_kernel() {
             unavailable "no cached kernel $spec in $cache/kernels and no apt-get/dpkg-deb to fetch one"
         pkg=$(kernel_package "$spec")
         if [ -z "$pkg" ]; then
-            as_root apt-get update -q >"$work/apt.log" 2>&1 || true
+            as_root apt-get update "${apt_opts[@]}" >"$work/apt.log" 2>&1 || true
             pkg=$(kernel_package "$spec")
         fi
         [ -n "$pkg" ] || unavailable "no Debian package linux-image-$spec*-cloud-amd64 known to apt (apt-get update?)"
         say "fetching $pkg"
         tmp=$(mktemp -d "$cache/fetch.XXXXXX")
-        if ! (cd "$tmp" && apt-get download -q "$pkg" >"$tmp/log" 2>&1 && dpkg-deb -x ./*.deb x); then
+        if ! (cd "$tmp" && apt-get download "${apt_opts[@]}" "$pkg" >"$tmp/log" 2>&1 && dpkg-deb -x ./*.deb x); then
             cat "$tmp/log" >&2 || true
             rm -rf "$tmp"
             unavailable "could not download or unpack $pkg (no network?)"
@@ -499,8 +502,12 @@ esac
 # ---------------------------------------------------------------------------------------------------------------
 # The initramfs: busybox, the binaries (debug info stripped where strip exists), the libraries ldd names, /init.
 
-root="$work/root"
-rm -rf "$root"
+# Each run has its own directory (so that runs may overlap): the logs stay, the root and initramfs go at the end.
+run_dir="$work/runs/$(date +%Y%m%d-%H%M%S)-$$-smp${smp//[,=]/_}${online:+-online$online}-${kernel_name}"
+mkdir -p "$run_dir/out"
+root="$run_dir/root"
+initrd="$run_dir/initramfs.cpio"
+trap 'rm -rf "$root" "$initrd"' EXIT
 mkdir -p "$root"/{bin,t,e,proc,sys,dev,tmp,etc}
 cp "$busybox" "$root/bin/busybox"
 copy_bin() { # copy_bin SRC DEST
@@ -593,7 +600,6 @@ EOF
 } >"$root/init"
 chmod +x "$root/init"
 
-initrd="$work/initramfs.cpio"
 (cd "$root" && find . | "$busybox" cpio -o -H newc >"$initrd" 2>/dev/null)
 initrd_mib=$(($(stat -c %s "$initrd") / 1048576 + 1))
 [ -n "$mem" ] || mem=$((2048 + 2 * initrd_mib))
@@ -611,8 +617,6 @@ append="console=ttyS0 quiet panic=-1 oops=panic lpj=10000000 tsc=unstable nowatc
 # Boot and read the console: each binary's output goes to its own log, its result and time (host wall clock,
 # from its BEGIN to its DONE marker) to the terminal.
 
-run_dir="$work/runs/$(date +%Y%m%d-%H%M%S)-smp${smp//[,=]/_}${online:+-online$online}-${kernel_name}"
-mkdir -p "$run_dir/out"
 console="$run_dir/console.log"
 say "kernel $kernel_name, -smp $smp${online:+ (online $online)}, $accel, ${mem} MiB, initramfs ${initrd_mib} MiB," \
     "${#tests_run[@]} test binaries${want_examples:+ + examples ${want_examples[*]}} x $repeat; logs in $run_dir"
