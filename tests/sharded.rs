@@ -196,7 +196,7 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
         // or migrated inside it and then falls back to the guard path, so on a loaded machine the share depends on
         // the scheduler (on an idle 2-core machine it is most of the adds); a regression that stops sequences from
         // committing at all still fails here, and the printed share shows a partial one.
-        let adds = threads as u64 * 4 * 100_000 * 7 / 8;
+        let adds = threads as u64 * 4 * ops * 7 / 8;
         match rseq && group.uses_rseq() {
             true => {
                 eprintln!(
