@@ -348,7 +348,7 @@ example_runs() {
     sharded_counter)
         printf '%s\t%s\n' \
             few '--threads $((switch_at - 1)) --iters 20000' \
-            many '--threads $((4 * online_cpus)) --iters 5000'
+            many '--threads $((4 * online_cpus)) --iters 50000'
         ;;
     esac
 }
@@ -392,7 +392,7 @@ check_example() {
         fi
         ;;
     hackbench:compare)
-        grep -q '^goal (mmcid' "$out" || grep -q 'goal' "$out" || echo "no goal verdict: the comparison did not finish"
+        grep -q '^goal (mmcid' "$out" || echo "no goal verdict: the comparison did not finish"
         ;;
     thread_pools:at-limit | thread_pools:over-limit)
         local created failed to_cpu to_task want
