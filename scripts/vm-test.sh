@@ -17,7 +17,7 @@
 #                        6.1.0-57, or the path of a vmlinuz [6.12]
 #   --repeat N           run the selection N times in the same boot, interleaved [1]
 #   --release            release test binaries (debug assertions off) instead of cargo test's debug ones
-#   --timeout S          limit for the whole guest, boot included [3600]
+#   --timeout S          limit for the whole guest, boot included [3600 per --repeat]
 #   --binary-timeout S   limit for one binary inside the guest (killed, reported as failed) [1200]
 #   --mem MIB            guest memory [2048 + twice the initramfs]
 #   --accel A            auto | kvm | tcg: auto uses KVM when a probe guest boots with it, TCG otherwise [auto]
@@ -65,7 +65,7 @@ online=""
 kernel_spec=6.12
 repeat=1
 release=0
-timeout_s=3600
+timeout_s=""
 binary_timeout=1200
 mem=""
 accel=auto
@@ -102,6 +102,7 @@ case "$smp" in '' | *[!0-9a-z=,]*) die "--smp: a QEMU -smp topology such as 16 o
 [ "$repeat" -ge 1 ] || die "--repeat must be at least 1"
 [ -z "$online" ] || [ "$online" -ge 1 ] || die "--online must be at least 1"
 [ ${#selection[@]} -gt 0 ] || selection=(tests)
+[ -n "$timeout_s" ] || timeout_s=$((3600 * repeat))
 
 target=${CARGO_TARGET_DIR:-target}
 work="$target/vm-test"
