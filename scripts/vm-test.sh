@@ -412,7 +412,9 @@ check_example() {
         fi
         ;;
     thread_pools:compare)
-        grep -q '^WARNING' "$out" && grep '^WARNING' "$out"
+        # Only the crossing warning is about mmcid: the other one (spawn failures, check-ins later than 1 s) is
+        # about the machine's speed, which under emulation says nothing.
+        grep '^WARNING.*did not switch both ways' "$out" || true
         grep -q '^goal (mmcid' "$out" || echo "no goal verdict: the comparison did not finish"
         ;;
     pinned:one-per-cpu | pinned:two-per-cpu)
