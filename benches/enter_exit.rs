@@ -1,5 +1,5 @@
 //! enter+exit pairs per mode, one thread, all cores and 2 × cores, against baselines measured in the same run
-//! (issue 2, "Hot path and speed"; STYLE.md §3).
+//! (docs/benchmarks.md has the numbers and the goals).
 //!
 //! Every line runs on a persistent pool of worker threads pinned round-robin to the allowed CPUs; criterion's
 //! time is wall time per operation per thread (`Throughput::Elements(T)`). Lines:
@@ -94,7 +94,7 @@ fn enter_exit(c: &mut Criterion) {
     let summary = Summary::default();
     let rseq = Rseq::probe();
     if let Err(why) = &rseq {
-        println!("{why}");
+        println!("rseq mm_cid baseline skipped: {why}");
     }
     let probe = Group::new();
     println!(

@@ -1,5 +1,5 @@
 //! `ShardedCounter::add` against its peers, T = 1, 2, all cores and 4 × cores, in one criterion group and one run
-//! (issue 5, "Benchmarks"; STYLE.md §3).
+//! (docs/benchmarks.md has the numbers and the goal).
 //!
 //! Workers are a persistent pool of unpinned threads (a counter's users do not pin), timed with barriers;
 //! criterion's time is wall time per `add` per thread (`Throughput::Elements(T)`). Lines:
@@ -52,7 +52,7 @@ fn sharded_counter(c: &mut Criterion) {
     let summary = Summary::default();
     let rseq = Rseq::probe();
     if let Err(why) = &rseq {
-        println!("{why}");
+        println!("rseq mm_cid baseline skipped: {why}");
     }
     println!("sharded_counter: {cores} allowed CPUs, {} possible CPUs, unpinned workers", common::possible_cpus());
     let pin = None;

@@ -1,8 +1,8 @@
 //! hackbench (rt-tests) in threaded mode, with every message sent and received inside a CID guard of a chosen
 //! policy that updates per-CID data: what does CID management cost a thread-heavy program, and how does mmcid
-//! compare with the designs the kernel went through (`mmcid::policy`)?
+//! compare with the designs the kernel went through (the workspace crate `mmcid-policies`)?
 //!
-//! Workload (`../shared/spec/workloads-and-peers.md` §5): `G` groups of `F` senders and `F` receivers; one channel
+//! Workload (hackbench's threaded mode, as in rt-tests): `G` groups of `F` senders and `F` receivers; one channel
 //! per receiver (a socket pair, or a pipe with `--pipe`) written by all `F` senders of its group; every sender
 //! writes `L` messages of `S` bytes to each receiver, every receiver reads `F × L` messages. Workers register,
 //! report ready and wait for "go"; the time is wall time from go to the last join.
@@ -32,14 +32,15 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use common::cli::{self, Args, Flag};
 use common::{
-    json_list, json_median_vs, json_num, json_paired, json_str, medians, overall, paired_ci, positive,
-    print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, value, JsonFile, MedianCi,
-    Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
+    errln, json_list, json_median_vs, json_num, json_paired, json_str, medians, outln, overall, paired_ci,
+    print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, JsonFile, MedianCi, Progress,
+    Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
 use crossbeam_utils::CachePadded;
-use mmcid::policy::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{CpuSet, Group, PerCid};
+use mmcid_policies::{BitmapCids, LazyCids, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use std::cell::UnsafeCell;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -65,7 +66,8 @@ usage: hackbench [options]
       --policies L       the policies --compare runs, comma-separated (default: all; must name none and
                          mmcid): e.g. none,mmcid for a long run that narrows mmcid's interval
       --groups-list L    comma-separated group counts for --compare (default 1,2,4; or -g if given)
-      --repeats N        runs per policy and group count, interleaved (default 9; 5 or more for a 90% CI)
+      --repeats N        runs per policy and group count in --compare, interleaved (default 9; 5 or more for a
+                         90% CI); an error with --policy
       --pin              pin threads round-robin on the allowed cores
       --guard WHAT       io: the guard spans each message's read/write system call (default), so a thread
                          blocked in the call keeps its CID; update: the guard spans only the per-CID update
@@ -165,53 +167,50 @@ struct Config {
     guard_io: bool,
 }
 
-/// Parses the command line; `Ok(None)` means `--help` was printed. `fd_limit` is the soft limit on open files
+/// Every flag of the command line (`USAGE` explains them).
+const FLAGS: &[Flag] = &[
+    Flag::value("--groups", Some("-g")),
+    Flag::value("--fds", Some("-f")),
+    Flag::value("--loops", Some("-l")),
+    Flag::value("--datasize", Some("-s")),
+    Flag::switch("--pipe", Some("-p")),
+    Flag::switch("--threads", Some("-T")),
+    Flag::value("--policy", None),
+    Flag::switch("--compare", None),
+    Flag::value("--policies", None),
+    Flag::value("--groups-list", None),
+    Flag::value("--repeats", None),
+    Flag::switch("--pin", None),
+    Flag::value("--guard", None),
+    Flag::value("--json", None),
+];
+
+/// The configuration the command line asks for. `fd_limit` is the soft limit on open files
 /// ([`descriptor_limit`]; a parameter so that tests do not depend on the machine's).
-fn parse_args(args: impl Iterator<Item = String>, fd_limit: u64) -> Result<Option<Config>, String> {
-    let (mut groups, mut fds, mut loops, mut size) = (None, None, None, 100);
-    let (mut pipe, mut pin, mut compare, mut guard_io) = (false, false, false, true);
-    let (mut policy, mut groups_list, mut repeats, mut json) = (None, None, 9, None);
-    let mut policies = None;
-    let mut it = args;
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                return Ok(None);
-            }
-            "-g" | "--groups" => groups = Some(positive(&arg, it.next())?),
-            "-f" | "--fds" => fds = Some(positive(&arg, it.next())?),
-            "-l" | "--loops" => loops = Some(positive(&arg, it.next())?),
-            "-s" | "--datasize" => size = positive(&arg, it.next())?,
-            "-p" | "--pipe" => pipe = true,
-            "-T" | "--threads" => {}
-            "--pin" => pin = true,
-            "--guard" => {
-                guard_io = match it.next().as_deref() {
-                    Some("io") => true,
-                    Some("update") => false,
-                    Some(other) => return Err(format!("--guard: expected io or update, got {other:?}")),
-                    None => return Err("--guard needs a value (io or update)".into()),
-                }
-            }
-            "--compare" => compare = true,
-            "--repeats" => repeats = positive(&arg, it.next())?,
-            "--json" => json = Some(it.next().ok_or("--json needs a file name")?),
-            "--policy" => policy = Some(common::policy_index(&value(&arg, it.next())?)?),
-            "--policies" => policies = Some(common::parse_policies(&value(&arg, it.next())?)?),
-            "--groups-list" => {
-                let list = it.next().ok_or("--groups-list needs a value")?;
-                let parsed: Result<Vec<usize>, String> =
-                    list.split(',').map(|g| positive("--groups-list", Some(g.trim().to_string()))).collect();
-                groups_list = Some(parsed?);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
+fn config(args: &Args, fd_limit: u64) -> Result<Config, String> {
+    let (groups, fds, loops) = (args.positive("--groups")?, args.positive("--fds")?, args.positive("--loops")?);
+    let size = args.positive("--datasize")?.unwrap_or(100);
+    let (pipe, pin, compare) = (args.has("--pipe"), args.has("--pin"), args.has("--compare"));
+    let guard_io = match args.value("--guard") {
+        None | Some("io") => true,
+        Some("update") => false,
+        Some(other) => return Err(format!("--guard: expected io or update, got {other:?}")),
+    };
+    let policy = args.value("--policy").map(common::policy_index).transpose().map_err(|e| format!("--policy: {e}"))?;
+    let policies = args.value("--policies").map(common::parse_policies).transpose()?;
+    let groups_list = args.get("--groups-list", |list| {
+        list.split(',')
+            .map(|g| g.trim().parse::<usize>().ok().filter(|&n| n >= 1))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| "expected comma-separated positive integers".to_string())
+    })?;
+    let json = args.value("--json").map(str::to_string);
     let (compare, policies) = common::compare_mode(compare, policy, policies)?;
     if !compare && groups_list.is_some() {
         return Err("--groups-list needs --compare".into());
     }
+    args.only("--repeats", compare, "to --compare (a single --policy run is one run)")?;
+    let repeats = args.positive("--repeats")?.unwrap_or(9);
     if groups_list.is_some() && groups.is_some() {
         return Err("-g and --groups-list both give the group counts: use one".into());
     }
@@ -259,7 +258,7 @@ fn parse_args(args: impl Iterator<Item = String>, fd_limit: u64) -> Result<Optio
             policies.len()
         ));
     }
-    Ok(Some(Config { groups, fds, loops, size, pipe, pin, policy, compare, policies, repeats, json, guard_io }))
+    Ok(Config { groups, fds, loops, size, pipe, pin, policy, compare, policies, repeats, json, guard_io })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -606,7 +605,7 @@ fn run_policy<P: Bench + 'static>(policy: P, run: &Run) -> Result<(Duration, Usa
         run_totals(groups, fds, loops, size).ok_or_else(|| format!("{groups} groups: message count overflows"))?;
     let io_inside = cfg.guard_io;
     // Every CID stays below the guards held at once (at most `tasks`) plus the CIDs the policy keeps idle
-    // (mmcid::policy), whatever CPU quota the process runs under.
+    // (mmcid-policies), whatever CPU quota the process runs under.
     let idle = policy.idle_cids();
     let policy = Arc::new(policy);
     let data = Arc::new(policy.data(tasks + idle));
@@ -746,14 +745,7 @@ fn run_one(policy: usize, run: &Run) -> Result<((Duration, Usage), Option<mmcid:
 // Reporting
 
 fn main() {
-    let cfg = match common::args().and_then(|words| parse_args(words.into_iter(), descriptor_limit())) {
-        Ok(Some(cfg)) => cfg,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("hackbench: {e}\ntry --help");
-            std::process::exit(2);
-        }
-    };
+    let cfg = cli::parse_or_exit("hackbench", USAGE, FLAGS, |args| config(args, descriptor_limit()));
     // Checked before the run, so that an unwritable path is reported at once; written at the end.
     let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
     let cpus: Vec<usize> = if cfg.pin {
@@ -777,7 +769,7 @@ fn main() {
 }
 
 fn fail(e: String) -> ! {
-    eprintln!("hackbench: {e}");
+    errln!("hackbench: {e}");
     std::process::exit(1);
 }
 
@@ -802,31 +794,33 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
     let (channel, scope) = (channel_name(cfg), guard_name(cfg));
     let policy = cfg.policy.unwrap_or(0);
     let g = cfg.groups[0];
-    println!(
+    outln!(
         "Running in threaded mode with {g} groups using {} file descriptors each (== {} tasks)",
         2 * cfg.fds,
         2 * cfg.fds * g
     );
-    println!("Each sender will pass {} messages of {} bytes", cfg.loops, cfg.size);
-    println!(
+    outln!("Each sender will pass {} messages of {} bytes", cfg.loops, cfg.size);
+    outln!(
         "Policy: {}, channels: {channel}, guard around {scope}{}",
         POLICIES[policy],
         if cfg.pin { ", pinned" } else { "" }
     );
-    let ((t, usage), stats) = run_one(policy, &Run { groups: g, cfg, cpus }).unwrap_or_else(|e| fail(e));
+    let run = || run_one(policy, &Run { groups: g, cfg, cpus });
+    let ((t, usage), stats) = common::with_progress("hackbench", String::new, run).unwrap_or_else(|e| fail(e));
     let cpu = usage.cpu_s;
     // Messages passed (each sent once and received once); the run itself already checked the count fits.
     let passed = run_totals(g, cfg.fds, cfg.loops, cfg.size).map_or(0, |(m, _)| m / 2);
     let rate = passed as f64 / t.as_secs_f64().max(1e-9);
-    println!("Time: {}.{:03}", t.as_secs(), t.subsec_millis());
-    println!("CPU: {cpu:.3} s (user + system, go to last join), of which user {:.3} s", usage.user_s);
-    println!("Messages: {passed} passed, {rate:.0} msgs/s");
-    println!(
+    outln!("Time: {}.{:03}", t.as_secs(), t.subsec_millis());
+    outln!("CPU: {cpu:.3} s (user + system, go to last join), of which user {:.3} s", usage.user_s);
+    outln!("Messages: {passed} passed, {rate:.0} msgs/s");
+    outln!(
         "Context switches: {} voluntary, {} involuntary (whole process, go to last join)",
-        usage.voluntary, usage.involuntary
+        usage.voluntary,
+        usage.involuntary
     );
     if let Some(st) = stats {
-        println!(
+        outln!(
             "mmcid enters: {} per-task fast, {} per-CPU fast, {} temporary, {} converge, {} alloc; \
              switches: {} to per-CPU, {} to per-task",
             st.enter_task_fast,
@@ -837,7 +831,7 @@ fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
             st.switches_to_per_cpu,
             st.switches_to_per_task
         );
-        println!("mmcid stats: {st:?}");
+        outln!("mmcid stats: {st}");
     }
     if let Some(file) = json {
         let body = format!(
@@ -898,7 +892,7 @@ impl Samples {
 fn compare(cfg: &Config, cpus: &[usize]) -> Samples {
     let n = cfg.policies.len();
     let total = compare_runs(cfg.groups.len(), cfg.repeats, n).unwrap_or(usize::MAX); // checked in parse_args
-    println!(
+    outln!(
         "hackbench threads, {}, -f {} -l {} -s {}, guard around {}{}: groups {}, {} repeats per cell (interleaved)",
         channel_name(cfg),
         cfg.fds,
@@ -967,7 +961,7 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
     };
     // User time medians are not tabulated: the kernel splits user from system time at each tick, so one ~0.1 s run
     // reads coarse, and a 9-run median swings by tens of percent. The mean of the paired differences averages the
-    // ticks out, and it is where a policy's own per-guard work shows (docs/benchmarks.md, session 11): printed below.
+    // ticks out, and it is where a policy's own per-guard work shows (docs/benchmarks.md): printed below.
     let switches = |title, runs: &[Vec<Vec<f64>>]| medians_of(title, runs, 0);
     switches("context switches per run, voluntary (blocking), median, % versus none", &samples.voluntary);
     switches("context switches per run, involuntary (preemption), median, % versus none", &samples.involuntary);
@@ -988,15 +982,15 @@ fn report(cfg: &Config, samples: &Samples, wall: &Summary, cpu: &Summary) {
         &per_guard,
     );
     let spread = samples.wall.iter().map(|row| spread_pct(&row[0])).fold(0.0, f64::max);
-    println!("noise: run-to-run spread (max - min) of `none` up to {spread:.1}% of its median (pairing cancels drift)");
-    println!(
+    outln!("noise: run-to-run spread (max - min) of `none` up to {spread:.1}% of its median (pairing cancels drift)");
+    outln!(
         "goal: mmcid <= {BUDGET_PCT}% over none at every group count (kernel v6.4 design: up to +29.7%); per cell, \
          from the CIs:"
     );
     let with = |metric: &str| labels.iter().map(|l| format!("{metric:<4} {l}")).collect::<Vec<_>>();
     let wall_verdict = print_verdicts("  ", &with("wall"), &wall.mmcid(), BUDGET_PCT);
     let cpu_verdict = print_verdicts("  ", &with("CPU"), &cpu.mmcid(), BUDGET_PCT);
-    println!(
+    outln!(
         "goal (mmcid <= {BUDGET_PCT}% over none at every group count): {} on wall time (hackbench's metric); \
          CPU time: {}",
         wall_verdict.word(),
@@ -1073,8 +1067,13 @@ mod tests {
     use super::*;
     use common::testing::{spawn_blocked, within, PanicAt};
 
+    /// The configuration of `words` (None for `--help`), with no limit on open files.
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
-        parse_args(words.iter().map(|w| w.to_string()), u64::MAX)
+        parse_with(words, u64::MAX)
+    }
+
+    fn parse_with(words: &[&str], fd_limit: u64) -> Result<Option<Config>, String> {
+        cli::parse_words(FLAGS, words, |a| config(a, fd_limit))
     }
 
     #[test]
@@ -1243,13 +1242,12 @@ mod tests {
     /// and the error names the numbers.
     #[test]
     fn descriptors_are_checked_against_the_limit() {
-        let words = |w: &[&str]| w.iter().map(|w| w.to_string()).collect::<Vec<_>>().into_iter();
         let list = ["--groups-list", "1,16,4", "-f", "20"];
         assert_eq!(descriptors_needed(16, 20), 2 * 16 * 20 + 16 + RESERVED_FDS);
-        assert!(parse_args(words(&list), 656 + RESERVED_FDS as u64).is_ok());
-        let e = parse_args(words(&list), 687).unwrap_err();
+        assert!(parse_with(&list, 656 + RESERVED_FDS as u64).is_ok());
+        let e = parse_with(&list, 687).unwrap_err();
         assert!(e.contains("16 groups × 20 fds need 688 file descriptors") && e.contains("is 687"), "{e}");
-        assert!(parse_args(words(&["-g", "1", "-f", "1"]), 1024).is_ok());
+        assert!(parse_with(&["-g", "1", "-f", "1"], 1024).is_ok());
         assert!(descriptor_limit() > 0);
     }
 
@@ -1258,7 +1256,7 @@ mod tests {
     /// data nor read as CIDs left in use after the run.
     #[test]
     fn idle_lazy_cids_on_many_cores_are_not_a_failure() {
-        use mmcid::policy::LazyConfig;
+        use mmcid_policies::LazyConfig;
         let cfg = parse(&["-f", "2", "-l", "20"]).unwrap().unwrap();
         let config = LazyConfig { cores: 64, period: Duration::from_secs(3600), ..LazyConfig::new(Scan::All, 8) };
         let policy = LazyCids::with_config(config).unwrap();
@@ -1288,6 +1286,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A flag the run would ignore is an error naming it (--repeats with a single --policy run); `--flag=value`
+    /// works; --help is not an error; the usage lists every flag.
+    #[test]
+    fn the_command_line_rejects_what_it_would_ignore() {
+        let e = parse(&["--policy", "mmcid", "--repeats", "3"]).unwrap_err();
+        assert!(e.starts_with("--repeats applies only to --compare"), "{e}");
+        assert_eq!(parse(&["--repeats=3", "-g=2"]).unwrap_err(), r#"unknown argument "-g=2""#);
+        assert_eq!(parse(&["--repeats=3", "--groups=2"]).unwrap().unwrap().repeats, 3);
+        assert!(parse(&["-g", "2", "--help"]).unwrap().is_none());
+        let e = parse(&["--policy", "nope"]).unwrap_err();
+        assert!(e.starts_with(r#"--policy: unknown policy "nope""#), "{e}");
+        let e = parse(&["--policies", "none,nope,mmcid"]).unwrap_err();
+        assert!(e.starts_with(r#"--policies: unknown policy "nope""#), "{e}");
+        assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! One pinned thread per core, each incrementing per-CID data inside guards.
 //!
 //! ```text
-//! cargo run --release --example pinned -- [iterations per thread, default 1000000] [threads per core, default 1]
+//! cargo run --release --example pinned -- [--iters N] [--threads-per-cpu N]
 //! ```
 //!
 //! Each runtime thread is pinned to its core and registered in the runtime's group; every increment happens
@@ -13,6 +13,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use common::cli::{self, Args, Flag};
+use common::{errln, outln};
 use mmcid::{PerCid, Runtime};
 use std::collections::BTreeSet;
 use std::sync::{Condvar, Mutex};
@@ -52,66 +54,97 @@ impl Lockstep {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1).peekable();
-    if args.peek().is_some_and(|a| a == "-h" || a == "--help") {
-        println!("usage: pinned [ITERATIONS per thread, default 1000000] [THREADS_PER_CPU, default 1]");
-        return Ok(());
-    }
-    let iterations: u64 = args.next().map_or(Ok(1_000_000), |a| a.parse())?;
-    let threads_per_cpu: usize = args.next().map_or(Ok(1), |a| a.parse())?;
+const USAGE: &str = "\
+one pinned runtime thread per allowed core, each incrementing per-CID data inside guards
 
-    let rt = Runtime::builder().threads_per_cpu(threads_per_cpu).build()?;
+usage: pinned [options]
+
+      --iters N            increments per thread (default 1000000)
+      --threads-per-cpu N  runtime threads per allowed core (default 1); at most 8192 threads in all
+  -h, --help               this text
+
+Prints the runtime's cores, which CIDs each thread used, the per-CID totals and the group's enter counts, and
+exits 1 (MISMATCH) unless the grand total is exactly threads x iterations: a lost update would show there.
+";
+
+/// Every flag of the command line.
+const FLAGS: &[Flag] = &[Flag::value("--iters", None), Flag::value("--threads-per-cpu", None)];
+
+/// What the command line asks for: (increments per thread, threads per core).
+fn config(args: &Args) -> Result<(u64, usize), String> {
+    let iterations = args.positive_u64("--iters")?.unwrap_or(1_000_000);
+    let threads_per_cpu = args.positive("--threads-per-cpu")?.unwrap_or(1);
+    if threads_per_cpu > common::MAX_THREADS {
+        return Err(format!("--threads-per-cpu {threads_per_cpu}: at most {} threads in all", common::MAX_THREADS));
+    }
+    Ok((iterations, threads_per_cpu))
+}
+
+fn fail(e: impl std::fmt::Display) -> ! {
+    errln!("pinned: {e}");
+    std::process::exit(1);
+}
+
+fn main() {
+    let (iterations, threads_per_cpu) = cli::parse_or_exit("pinned", USAGE, FLAGS, config);
+    let rt = Runtime::builder().threads_per_cpu(threads_per_cpu).build().unwrap_or_else(|e| fail(e));
     if rt.capacity() > common::MAX_THREADS {
-        return Err(
-            format!("{} threads ({threads_per_cpu} per core): at most {}", rt.capacity(), common::MAX_THREADS).into()
+        let n = rt.capacity();
+        cli::usage_error(
+            "pinned",
+            &format!("{n} threads ({threads_per_cpu} per core): at most {}", common::MAX_THREADS),
         );
     }
-    let expected = (rt.capacity() as u64).checked_mul(iterations).ok_or("threads × iterations overflows a u64")?;
+    let Some(expected) = (rt.capacity() as u64).checked_mul(iterations) else {
+        cli::usage_error("pinned", &format!("{} threads × --iters {iterations} overflows a u64", rt.capacity()))
+    };
     let mut counts: PerCid<u64> = PerCid::new(rt.group());
-    println!("runtime: cores {:?}, {} thread(s) per core, group {:?}", rt.cpus(), rt.threads_per_cpu(), rt.group());
+    outln!("runtime: cores {:?}, {} thread(s) per core, group {:?}", rt.cpus(), rt.threads_per_cpu(), rt.group());
 
     let counts_ref = &counts;
     // Start and finish in lock-step, so membership is fixed while the threads count: the CIDs printed are the
     // steady state's (drop the barriers to watch CIDs converge as threads come and go, I4).
     let lockstep = Lockstep::new(rt.capacity());
-    let mut reports = rt.scope(|s| {
-        let handles = s.spawn_per_cpu(|ctx| {
-            let cpu = ctx.cpu();
-            let mut cids = BTreeSet::new();
-            lockstep.wait();
-            let mode = ctx.group().mode();
-            for _ in 0..iterations {
-                let mut guard = ctx.enter();
-                cids.insert(guard.cid().get());
-                *counts_ref.get_mut(&mut guard) += 1;
+    let progress = || format!("{} threads × {iterations} increments", rt.capacity());
+    let mut reports = common::with_progress("pinned", progress, || {
+        rt.scope(|s| {
+            let handles = s.spawn_per_cpu(|ctx| {
+                let cpu = ctx.cpu();
+                let mut cids = BTreeSet::new();
+                lockstep.wait();
+                let mode = ctx.group().mode();
+                for _ in 0..iterations {
+                    let mut guard = ctx.enter();
+                    cids.insert(guard.cid().get());
+                    *counts_ref.get_mut(&mut guard) += 1;
+                }
+                lockstep.wait();
+                let view = mmcid::current().map(|v| (v.cpu(), v.is_pinned()));
+                (ctx.index(), cpu, cids, mode, view)
+            });
+            // A thread that ended while others still run either passed both barriers (then breaking changes nothing)
+            // or never reached them.
+            while !handles.iter().all(|h| h.is_finished()) {
+                if handles.iter().any(|h| h.is_finished()) {
+                    lockstep.break_all();
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
-            lockstep.wait();
-            let view = mmcid::current().map(|v| (v.cpu(), v.is_pinned()));
-            (ctx.index(), cpu, cids, mode, view)
-        });
-        // A thread that ended while others still run either passed both barriers (then breaking changes nothing)
-        // or never reached them.
-        while !handles.iter().all(|h| h.is_finished()) {
-            if handles.iter().any(|h| h.is_finished()) {
-                lockstep.break_all();
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        handles.into_iter().map(|h| h.join()).collect::<Vec<_>>()
+            handles.into_iter().map(|h| h.join()).collect::<Vec<_>>()
+        })
     });
 
     let mut failed = false;
     for report in reports.drain(..) {
         match report {
             Ok((index, cpu, cids, mode, view)) => {
-                println!(
+                outln!(
                     "thread {index:>3} on core {cpu:>3}: CIDs {cids:?}, group mode {mode:?}, view (cpu, pinned) {view:?}"
                 );
             }
             Err(payload) => {
                 failed = true;
-                println!("a thread failed: {:?}", payload.downcast_ref::<mmcid::Error>());
+                outln!("a thread failed: {:?}", payload.downcast_ref::<mmcid::Error>());
             }
         }
     }
@@ -119,25 +152,52 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads = rt.capacity();
     let mut total = 0;
     for (cid, n) in counts.iter_visited() {
-        println!("CID {cid:>3}: {n:>12}");
+        outln!("CID {cid:>3}: {n:>12}");
         total += *n;
     }
-    println!("total {total} (expected {threads} threads × {iterations} = {expected})");
+    outln!("total {total} (expected {threads} threads × {iterations} = {expected})");
     let stats = rt.group().stats();
-    println!(
+    outln!(
         "enters: per-task fast {}, per-CPU fast {}, temporary {}; CIDs in use now {}",
-        stats.enter_task_fast, stats.enter_cpu_fast, stats.enter_temporary, stats.cids_in_use
+        stats.enter_task_fast,
+        stats.enter_cpu_fast,
+        stats.enter_temporary,
+        stats.cids_in_use
     );
     if failed || total != expected {
-        eprintln!("MISMATCH");
+        errln!("MISMATCH");
         std::process::exit(1);
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(words: &[&str]) -> Result<Option<(u64, usize)>, String> {
+        cli::parse_words(FLAGS, words, config)
+    }
+
+    /// Named flags with defaults; the old positional form, zeros and too many threads are errors naming the
+    /// argument; the usage lists every flag.
+    #[test]
+    fn command_line() {
+        assert_eq!(parse(&[]), Ok(Some((1_000_000, 1))));
+        assert_eq!(parse(&["--iters", "5", "--threads-per-cpu=2"]), Ok(Some((5, 2))));
+        assert_eq!(parse(&["--help"]), Ok(None));
+        for (words, want) in [
+            (&["1000"][..], r#"unexpected argument "1000""#),
+            (&["--iters", "0"], r#"--iters: expected a positive integer, got "0""#),
+            (&["--iters", "x"], r#"--iters: expected a positive integer, got "x""#),
+            (&["--threads-per-cpu", "0"], r#"--threads-per-cpu: expected a positive integer, got "0""#),
+            (&["--threads-per-cpu", "8193"], "--threads-per-cpu 8193: at most 8192 threads"),
+            (&["--iters", "1", "--iters", "2"], "--iters given twice"),
+        ] {
+            let e = parse(words).unwrap_err();
+            assert!(e.starts_with(want), "{words:?}: {e}");
+        }
+        assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
+    }
     use std::sync::{mpsc, Arc};
 
     /// Two rounds pass with every thread; a thread that never arrives holds the others only until `break_all`.

@@ -2,7 +2,7 @@
 //! counter allocated against the number of threads, and the time.
 //!
 //! ```text
-//! cargo run --release --example sharded_counter -- [--threads N] [--iters M]
+//! cargo run --release --example sharded_counter -- [--threads N] [--iters N]
 //! ```
 //!
 //! Defaults: 8 threads × 1 000 000 adds each. The group's cores are the process's affinity mask, so with more
@@ -11,93 +11,84 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use common::cli::{self, Args, Flag};
+use common::{errln, outln};
 use mmcid::{Group, ShardedCounter};
 use std::process::ExitCode;
 use std::time::Instant;
 
-struct Args {
+const USAGE: &str = "\
+threads counting events through a ShardedCounter
+
+usage: sharded_counter [options]
+
+  -t, --threads N   counting threads (default 8; at most 8192)
+      --iters N     adds per thread (default 1000000)
+  -h, --help        this text
+
+Prints the total (and checks it against threads x adds), the shards the counter allocated against the number of
+threads, the time per add and the group's enter counts; exits 1 if the total is wrong.
+";
+
+/// Every flag of the command line.
+const FLAGS: &[Flag] = &[Flag::value("--threads", Some("-t")), Flag::value("--iters", None)];
+
+/// What the command line asks for.
+struct Config {
     threads: usize,
     iters: u64,
 }
 
-fn usage() -> String {
-    format!(
-        "usage: sharded_counter [--threads N] [--iters M]   (1 ≤ N ≤ {} threads, M adds per thread)",
-        common::MAX_THREADS
-    )
-}
-
-/// The arguments, or `Ok(None)` after printing the usage for `--help`.
-fn parse() -> Result<Option<Args>, String> {
-    let mut args = Args { threads: 8, iters: 1_000_000 };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| -> Result<u64, String> {
-            let v = it.next().ok_or_else(|| format!("{name} needs a value"))?;
-            v.parse().map_err(|_| format!("{name}: not a number: {v:?}"))
-        };
-        match flag.as_str() {
-            "--threads" => args.threads = value("--threads")? as usize,
-            "--iters" => args.iters = value("--iters")?,
-            "-h" | "--help" => {
-                println!("{}", usage());
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+fn config(args: &Args) -> Result<Config, String> {
+    let threads = args.positive("--threads")?.unwrap_or(8);
+    if threads > common::MAX_THREADS {
+        return Err(format!("{} {threads}: at most {}", args.spelled("--threads"), common::MAX_THREADS));
     }
-    if args.threads == 0 || args.threads > common::MAX_THREADS {
-        return Err(format!("--threads must be between 1 and {}", common::MAX_THREADS));
-    }
-    if (args.threads as u64).checked_mul(args.iters).is_none() {
+    let iters = args.positive_u64("--iters")?.unwrap_or(1_000_000);
+    if (threads as u64).checked_mul(iters).is_none() {
         return Err("--threads × --iters overflows a 64-bit count".into());
     }
-    Ok(Some(args))
+    Ok(Config { threads, iters })
 }
 
 fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(Some(a)) => a,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            eprintln!("{}", usage());
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::parse_or_exit("sharded_counter", USAGE, FLAGS, config);
     let group = Group::new();
     let counter = ShardedCounter::new(&group);
+    let expected = args.threads as u64 * args.iters;
     let start = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..args.threads {
-            s.spawn(|| {
-                for _ in 0..args.iters {
-                    counter.add(1);
-                }
-            });
-        }
+    let done = || format!("{} of {expected} adds", counter.sum());
+    common::with_progress("sharded_counter", done, || {
+        std::thread::scope(|s| {
+            for _ in 0..args.threads {
+                s.spawn(|| {
+                    for _ in 0..args.iters {
+                        counter.add(1);
+                    }
+                });
+            }
+        })
     });
     let elapsed = start.elapsed();
     let total = counter.sum();
-    let expected = args.threads as u64 * args.iters;
-    let ops = expected.max(1) as f64;
-    println!("threads:          {}", args.threads);
-    println!("allowed cores:    {}", group.cpus().len());
-    println!("total:            {total} (expected {expected})");
-    println!(
+    let ops = expected as f64; // at least 1: both factors are
+    outln!("threads:          {}", args.threads);
+    outln!("allowed cores:    {}", group.cpus().len());
+    outln!("total:            {total} (expected {expected})");
+    outln!(
         "shards allocated: {} for {} threads (a thread-id keyed counter would hold {})",
         counter.shards_allocated(),
         args.threads,
         args.threads
     );
-    println!(
+    outln!(
         "time:             {:.3} s, {:.1} ns per add per thread, {:.1} M adds/s in all",
         elapsed.as_secs_f64(),
         elapsed.as_nanos() as f64 * args.threads as f64 / ops,
         ops / elapsed.as_secs_f64() / 1e6
     );
     let stats = group.stats();
-    println!(
+    outln!(
         "enters:           {} per-task fast, {} per-CPU fast, {} temporary, and {} adds as one sequence; {} mode \
          switches",
         stats.enter_task_fast,
@@ -107,8 +98,38 @@ fn main() -> ExitCode {
         stats.switches_to_per_cpu + stats.switches_to_per_task
     );
     if total != expected {
-        eprintln!("error: the total is wrong");
+        errln!("sharded_counter: the total is wrong ({total}, expected {expected})");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(words: &[&str]) -> Result<Option<(usize, u64)>, String> {
+        cli::parse_words(FLAGS, words, |a| config(a).map(|c| (c.threads, c.iters)))
+    }
+
+    /// Defaults, both spellings; zero adds or threads (whose time per add would be nonsense), too many threads
+    /// and an overflowing total are errors naming the argument; the usage lists every flag.
+    #[test]
+    fn command_line() {
+        assert_eq!(parse(&[]), Ok(Some((8, 1_000_000))));
+        assert_eq!(parse(&["-t", "2", "--iters=5"]), Ok(Some((2, 5))));
+        assert_eq!(parse(&["--threads", "8192"]), Ok(Some((8192, 1_000_000))));
+        assert_eq!(parse(&["--help"]), Ok(None));
+        for (words, want) in [
+            (&["--iters", "0"][..], r#"--iters: expected a positive integer, got "0""#),
+            (&["-t", "0"], r#"-t: expected a positive integer, got "0""#),
+            (&["--threads", "8193"], "--threads 8193: at most 8192"),
+            (&["--threads", "2", "--iters", "18446744073709551615"], "--threads × --iters overflows"),
+            (&["8"], r#"unexpected argument "8""#),
+        ] {
+            let e = parse(words).unwrap_err();
+            assert!(e.starts_with(want), "{words:?}: {e}");
+        }
+        assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
+    }
 }

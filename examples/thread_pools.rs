@@ -1,5 +1,6 @@
-//! Thread pool create/teardown churn (Gleixner's Oct 2025 benchmark, `../shared/spec/workloads-and-peers.md` §6)
-//! with every CID policy of `mmcid::policy`: threads per second, and how many ownership-mode switches mmcid made.
+//! Thread pool create/teardown churn (the benchmark Thomas Gleixner posted with "[patch 00/19] sched: Rewrite MM CID
+//! management", LKML, 2025-10-15) with every CID policy of the workspace crate `mmcid-policies`: threads per second,
+//! and how many ownership-mode switches mmcid made.
 //!
 //! `P` pool threads each loop: start `T` short-lived threads back to back (timing each spawn); each new thread
 //! registers with the policy (≈ fork), enters (≈ first schedule-in), checks in with its pool (mutex + condvar
@@ -30,13 +31,14 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use common::cli::{self, Args, Flag};
 use common::{
-    json_list, json_median_vs, json_num, json_paired, json_str, median, medians, paired_ci, positive,
-    print_median_table, print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, value, JsonFile, MedianCi,
+    errln, json_list, json_median_vs, json_num, json_paired, json_str, median, medians, outln, paired_ci,
+    print_median_table, print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, JsonFile, MedianCi,
     Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
-use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{Group, Mode};
+use mmcid_policies::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -55,8 +57,9 @@ usage: thread_pools [options]
       --policies L       the policies --compare runs, comma-separated (default: all; must name none and
                          mmcid)
       --virtual-cpus N   mmcid group (and lazy core slots) with N simulated cores instead of the machine's
-                         (at most 65536, mmcid's limit)
-      --repeats N        runs per policy in --compare, interleaved (default 11; 5 or more for a 90% CI)
+                         (at most 65536, mmcid's limit); an error with a --policy that has no cores
+      --repeats N        runs per policy in --compare, interleaved (default 11; 5 or more for a 90% CI); an
+                         error with --policy
       --json FILE        write the results as JSON (checked before the run; written at the end into a
                          temporary beside FILE, then renamed: a failed run leaves an earlier FILE as it was)
   -h, --help             this text
@@ -128,36 +131,39 @@ struct Config {
     json: Option<String>,
 }
 
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, String> {
-    let (mut pools, mut threads, mut seconds, mut vcpus) = (None, None, None, None);
-    let (mut policy, mut compare, mut repeats, mut json) = (None, false, 11, None);
-    let mut policies = None;
-    let mut it = args;
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                return Ok(None);
-            }
-            "-p" | "--pools" => pools = Some(positive(&arg, it.next())?),
-            "-t" | "--threads" => threads = Some(positive(&arg, it.next())?),
-            "--virtual-cpus" => vcpus = Some(positive(&arg, it.next())?),
-            "--repeats" => repeats = positive(&arg, it.next())?,
-            "--compare" => compare = true,
-            "--json" => json = Some(value(&arg, it.next())?),
-            "--seconds" => {
-                let v = value(&arg, it.next())?;
-                match v.parse::<f64>() {
-                    Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => seconds = Some(s),
-                    _ => return Err(format!("--seconds: expected a number of seconds in (0, 86400], got {v:?}")),
-                }
-            }
-            "--policy" => policy = Some(common::policy_index(&value(&arg, it.next())?)?),
-            "--policies" => policies = Some(common::parse_policies(&value(&arg, it.next())?)?),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
+/// Every flag of the command line (`USAGE` explains them).
+const FLAGS: &[Flag] = &[
+    Flag::value("--pools", Some("-p")),
+    Flag::value("--threads", Some("-t")),
+    Flag::value("--seconds", None),
+    Flag::value("--policy", None),
+    Flag::switch("--compare", None),
+    Flag::value("--policies", None),
+    Flag::value("--virtual-cpus", None),
+    Flag::value("--repeats", None),
+    Flag::value("--json", None),
+];
+
+/// The configuration the command line asks for.
+fn config(args: &Args) -> Result<Config, String> {
+    let (pools, threads, vcpus) =
+        (args.positive("--pools")?, args.positive("--threads")?, args.positive("--virtual-cpus")?);
+    let seconds = args.get("--seconds", |v| {
+        v.parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+            .ok_or_else(|| "expected a number of seconds in (0, 86400]".to_string())
+    })?;
+    let policy = args.value("--policy").map(common::policy_index).transpose().map_err(|e| format!("--policy: {e}"))?;
+    let policies = args.value("--policies").map(common::parse_policies).transpose()?;
+    let compare = args.has("--compare");
+    let json = args.value("--json").map(str::to_string);
     let (compare, policies) = common::compare_mode(compare, policy, policies)?;
+    args.only("--repeats", compare, "to --compare (a single --policy run is one run)")?;
+    let repeats = args.positive("--repeats")?.unwrap_or(11);
+    // Only mmcid and the lazy policies have cores; the others would ignore them.
+    let with_cores = policy.map_or(true, |p| matches!(POLICIES[p], "mmcid" | "lazy-all" | "lazy-visited"));
+    args.only("--virtual-cpus", with_cores, "to mmcid and the lazy policies (the others have no cores)")?;
     let defaults = pools.is_none() && threads.is_none() && vcpus.is_none();
     let (pools, threads) = (pools.unwrap_or(8), threads.unwrap_or(8));
     if pools.saturating_mul(threads.saturating_add(1)) > MAX_THREADS {
@@ -185,7 +191,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Config>, Stri
         return Err(format!("--repeats {repeats}: too many runs"));
     }
     let seconds = seconds.unwrap_or(if compare { 0.2 } else { 5.0 });
-    Ok(Some(Config { setups, seconds, policy, policies, repeats, json }))
+    Ok(Config { setups, seconds, policy, policies, repeats, json })
 }
 
 /// The fewest registered threads that take a fresh `group` into per-CPU mode, asked of the library: threads are
@@ -467,24 +473,30 @@ fn run_one(policy: usize, setup: Setup, seconds: f64) -> Result<Outcome, String>
 }
 
 fn fail(e: String) -> ! {
-    eprintln!("thread_pools: {e}");
+    errln!("thread_pools: {e}");
     std::process::exit(1);
 }
 
 /// One run of one policy (no --compare).
 fn single(cfg: &Config, p: usize, cores: usize, json: Option<JsonFile>) {
     let setup = cfg.setups[0];
-    println!("thread pools {}, policy {}, {:.2} s, {cores} cores", setup.label(), POLICIES[p], cfg.seconds);
-    let out = run_one(p, setup, cfg.seconds).unwrap_or_else(|e| fail(e));
-    println!(
+    outln!("thread pools {}, policy {}, {:.2} s, {cores} cores", setup.label(), POLICIES[p], cfg.seconds);
+    let run = || run_one(p, setup, cfg.seconds);
+    let detail = || format!("a run of {:.1} s", cfg.seconds);
+    let out = common::with_progress("thread_pools", detail, run).unwrap_or_else(|e| fail(e));
+    outln!(
         "created {} threads ({} failed to start), {:.0} thr/s, mean spawn {:.0} ns, {} timed-out waits (1 s)",
-        out.created, out.failures, out.threads_per_s, out.mean_spawn_ns, out.timeouts
+        out.created,
+        out.failures,
+        out.threads_per_s,
+        out.mean_spawn_ns,
+        out.timeouts
     );
     if let Some((to_cpu, to_task)) = out.switches {
-        println!("mmcid mode switches: {to_cpu} to per-CPU, {to_task} to per-task");
+        outln!("mmcid mode switches: {to_cpu} to per-CPU, {to_task} to per-task");
     }
     if let Some(scans) = out.scans {
-        println!("lazy compaction scans: {scans}");
+        outln!("lazy compaction scans: {scans}");
     }
     if let Some(file) = json {
         let body = format!(
@@ -520,14 +532,7 @@ fn json_seconds(seconds: f64) -> String {
 }
 
 fn main() {
-    let cfg = match common::args().and_then(|words| parse_args(words.into_iter())) {
-        Ok(Some(c)) => c,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("thread_pools: {e}\ntry --help");
-            std::process::exit(2);
-        }
-    };
+    let cfg = cli::parse_or_exit("thread_pools", USAGE, FLAGS, config);
     // Checked before the run, so that an unwritable path is reported at once; written at the end.
     let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -553,9 +558,10 @@ fn main() {
 fn compare(cfg: &Config, cores: usize) -> Vec<Vec<Vec<Outcome>>> {
     let n = cfg.policies.len();
     let total = compare_runs(cfg.setups.len(), cfg.repeats, n).unwrap_or(usize::MAX); // checked in parse_args
-    println!(
+    outln!(
         "thread pools (create/teardown churn), {cores} cores, {:.2} s per run, {} repeats per cell (interleaved)",
-        cfg.seconds, cfg.repeats
+        cfg.seconds,
+        cfg.repeats
     );
     // Warm-up, not counted: the first setup's first policy, at most 0.2 s.
     run_one(cfg.policies[0], cfg.setups[0], cfg.seconds.min(0.2)).unwrap_or_else(|e| fail(e));
@@ -655,7 +661,7 @@ fn report(
             format!("{label} {to_cpu:.1}/{to_task:.1}")
         })
         .collect();
-    println!("mmcid mode switches per run (to per-CPU/to per-task): {}", switches.join(", "));
+    outln!("mmcid mode switches per run (to per-CPU/to per-task): {}", switches.join(", "));
     let scans: Vec<String> = labels
         .iter()
         .zip(results)
@@ -669,11 +675,11 @@ fn report(
         })
         .collect();
     if names.iter().any(|n| n.starts_with("lazy")) {
-        println!("lazy compaction scans per run (mean): {}", scans.join(", "));
+        outln!("lazy compaction scans per run (mean): {}", scans.join(", "));
     }
     for (setup, row) in cfg.setups.iter().zip(results) {
         if setup.crossing && !crossed_both_ways(&row[row.len() - 1]) {
-            println!(
+            outln!(
                 "WARNING: {} should take mmcid into per-CPU mode and back in every run, but some runs did not \
                  switch both ways: it did not measure the mode switch",
                 setup.label()
@@ -681,7 +687,7 @@ fn report(
         }
     }
     if let Some(line) = troubles(&labels, &names, results) {
-        println!("{line}");
+        outln!("{line}");
     }
     let spawn: Vec<Vec<f64>> =
         spawn_latencies(results).iter().map(|row| row.iter().map(|v| median(v) / 1e3).collect()).collect();
@@ -691,14 +697,14 @@ fn report(
         "paired cost, % (positive = slower): median over repeats of 1 - thr(P)/thr(none) in the same repeat [CI]";
     print_paired_table(title, "config", &labels, &names, paired);
     let spread = thr.iter().map(|row| spread_pct(&row[0])).fold(0.0, f64::max);
-    println!("noise: run-to-run spread (max - min) of `none` up to {spread:.1}% of its median (pairing cancels drift)");
-    println!(
+    outln!("noise: run-to-run spread (max - min) of `none` up to {spread:.1}% of its median (pairing cancels drift)");
+    outln!(
         "goal: mmcid costs <= {BUDGET_PCT}% versus none in every config (kernel v6.17 -> CID rework: +30-35% thr/s); \
          per config:"
     );
     let mmcid: Vec<Option<MedianCi>> = paired.iter().map(|row| row[row.len() - 1]).collect();
     let verdict = print_verdicts("  ", &labels, &mmcid, BUDGET_PCT);
-    println!("goal (mmcid costs <= {BUDGET_PCT}% versus none): {}", verdict.word());
+    outln!("goal (mmcid costs <= {BUDGET_PCT}% versus none): {}", verdict.word());
     verdict
 }
 
@@ -772,8 +778,30 @@ mod tests {
     use super::*;
     use common::testing::{within, PanicAt};
 
+    /// The configuration of `words` (None for `--help`).
     fn parse(words: &[&str]) -> Result<Option<Config>, String> {
-        parse_args(words.iter().map(|w| w.to_string()))
+        cli::parse_words(FLAGS, words, config)
+    }
+
+    /// Flags the run would ignore are errors naming them: --repeats with a single --policy run, --virtual-cpus
+    /// with a policy that has no cores; --help is not an error; the usage lists every flag.
+    #[test]
+    fn the_command_line_rejects_what_it_would_ignore() {
+        let e = parse(&["--policy", "mmcid", "--repeats", "3"]).unwrap_err();
+        assert!(e.starts_with("--repeats applies only to --compare"), "{e}");
+        for p in ["none", "mutex", "bitmap"] {
+            let e = parse(&["--policy", p, "--virtual-cpus", "8"]).unwrap_err();
+            assert!(e.starts_with("--virtual-cpus applies only to mmcid and the lazy policies"), "{p}: {e}");
+        }
+        for p in ["mmcid", "lazy-all", "lazy-visited"] {
+            assert_eq!(
+                parse(&["--policy", p, "--virtual-cpus", "8"]).unwrap().unwrap().setups[0].virtual_cpus,
+                Some(8)
+            );
+        }
+        assert_eq!(parse(&["--virtual-cpus=8", "--repeats=3"]).unwrap().unwrap().repeats, 3);
+        assert!(parse(&["-p", "2", "--help"]).unwrap().is_none());
+        assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what scripts/bench16.sh runs and copies it into DIR (default .bench16, git-ignored), for a machine without
-# a Rust toolchain (the device machine): carry DIR there and run `PREBUILT=DIR scripts/bench16.sh RESULTS_DIR`.
+# a Rust toolchain: copy DIR there with the repository and run `PREBUILT=DIR scripts/bench16.sh RESULTS_DIR`.
 # DIR gets hackbench, thread_pools, enter_exit and sharded_counter (the criterion benches' executables) and a BUILD
 # file naming the commit, the compiler and the date.
 #
@@ -25,7 +25,7 @@ for bench in enter_exit sharded_counter; do
     rm -f "$dir/cargo-$bench.err"
     cp "$exe" "$dir/$bench"
 done
-# Without debug info (the release profile keeps it for profiling): four binaries then fit the device's 64 MiB.
+# Without debug info (the release profile keeps it for profiling): the four binaries then take about 8 MB.
 if command -v strip >/dev/null; then
     strip --strip-debug "$dir"/hackbench "$dir"/thread_pools "$dir"/enter_exit "$dir"/sharded_counter
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared many-core benchmark run (issue 6; docs/benchmarks.md): release build, the criterion benches
+# The prepared many-core benchmark run (docs/benchmarks.md): release build, the criterion benches
 # (enter_exit, sharded_counter) at 1, 2, 4, 8 and 16 threads, then both workload examples (hackbench, thread_pools),
 # every result written under one results directory as soon as its step ends. Works on any core count: the thread
 # counts a machine cannot give one core each are still run where a bench oversubscribes by design.
@@ -10,13 +10,11 @@
 #
 #   PREBUILT=DIR scripts/bench16.sh RESULTS_DIR # run the binaries scripts/bench16-prepare.sh put in DIR, no build
 #
-# The device machine (the `run` tool) has no Rust toolchain and no network, gives back at most 8 files from $OUT
-# and runs one command for at most 600 s (15 minutes of device time in all, start-up included). So build here,
-# carry the binaries, and bring the results back as one archive plus the summary:
+# For a many-core machine without a Rust toolchain or network: build here, copy the binaries there with the
+# repository, and bring the results back as one archive plus the summary:
 #
 #   scripts/bench16-prepare.sh .bench16         # here: release binaries into the git-ignored .bench16/
-#   run(carry=[".bench16"], timeout_s=600, command=
-#     'PREBUILT=.bench16 BUDGET_S=540 scripts/bench16.sh /tmp/r; tar czf $OUT/bench16.tgz -C /tmp/r .; cp /tmp/r/summary.txt $OUT/')
+#   PREBUILT=.bench16 BUDGET_S=540 scripts/bench16.sh /tmp/r && tar czf bench16.tgz -C /tmp/r .   # there
 #
 # Time budget: the whole script, build (if any) included, stays within BUDGET_S seconds, and the steps run most
 # important first: the criterion benches, then hackbench (guard around the I/O, one group count per step), then
@@ -244,7 +242,7 @@ for bench in enter_exit sharded_counter; do
     done
 done
 
-# hackbench: every policy, interleaved repeats. The guard around the I/O (the default, issue 6's goal) one group
+# hackbench: every policy, interleaved repeats. The guard around the I/O (the default, and the goal's setting) one group
 # count per step, so that running out of budget loses one count, not the table; then groups 1..16 with the guard
 # around the per-CID update only, and over pipes with pinned threads.
 if [ "$QUICK" = 1 ]; then

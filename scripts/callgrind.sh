@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per enter+exit pair, counted by callgrind (docs/benchmarks.md, issue 2).
+# Instructions per enter+exit pair, counted by callgrind (docs/benchmarks.md).
 #
 # Runs examples/enter_exit_loop.rs under `valgrind --tool=callgrind` at two iteration counts per mode and prints
 # a markdown table of Δinstructions / Δiterations, which cancels start-up, group set-up and teardown.
@@ -22,7 +22,7 @@ OUT=$(mktemp -d "${TMPDIR:-/tmp}/mmcid-callgrind.XXXXXX")
 # Total instructions (Ir) of one run.
 count() {
     local mode=$1 n=$2 file="$OUT/callgrind.$1.$2.out"
-    valgrind --tool=callgrind --callgrind-out-file="$file" "$BIN" "$mode" "$n" >"$OUT/stdout.$mode.$n" 2>"$OUT/stderr.$mode.$n"
+    valgrind --tool=callgrind --callgrind-out-file="$file" "$BIN" --mode "$mode" --iters "$n" >"$OUT/stdout.$mode.$n" 2>"$OUT/stderr.$mode.$n"
     awk '/^(summary|totals):/ { print $2; exit }' "$file"
 }
 

@@ -15,7 +15,7 @@ Caveat: "at equal context switches" holds the switches fixed, but a policy may i
 blocks or is preempted more often because of the policy's work); that part of its cost goes through the switch terms
 and is not in b_P. hackbench's paired costs include it.
 
-Standard library only (no numpy), so it runs wherever python3 does. docs/benchmarks.md, session 7.
+Standard library only (no numpy), so it runs wherever python3 does. docs/benchmarks.md has its results.
 """
 import json
 import random
@@ -160,7 +160,7 @@ def main(path):
         cells.setdefault(r["groups"], []).append(r)
     for g, rows in cells.items():
         if "voluntary_switches" not in rows[0]:
-            sys.exit(f"{path}: no context switches recorded (a hackbench from before session 7?)")
+            sys.exit(f"{path}: no context switches recorded (a hackbench too old to record them?)")
         print(f"{g} group(s)")
         for r in rows:
             w, v, i = r["runs_s"], r["voluntary_switches"], r["involuntary_switches"]

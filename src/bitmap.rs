@@ -3,7 +3,7 @@
 //! Bit `c` set ⇔ some owner (a registration, a core slot or a temporary guard) holds CID `c` (design.md §2.4).
 //! Set is `fetch_or` with Acquire, clear is `fetch_and` with Release, so whatever the previous holder of a CID
 //! wrote is visible to the next one (I8). The first-zero scan is a racy Relaxed read validated by the `fetch_or`
-//! (dossier O5).
+//! (the kernel's `find_first_zero_bit` and `test_and_set_bit` on `mm_cidmask`, Linux 6.19).
 //!
 //! **Lanes** (design.md §2.5). The CIDs of a chunk are dealt round-robin over `L` lanes (a power of two, one per
 //! core up to 16), each lane on its own 128-byte line: CID `c` lives in lane `c % L`. Lowest-first allocation
@@ -230,7 +230,7 @@ impl Bitmap {
     /// another thread's progress). Never fails while the ownership invariant (design.md §2.4) holds, because the
     /// bitmap has at least one more bit than there can be other owners.
     ///
-    /// Debug builds have the watchdog the dossier asks for (§12): a leak past the bound (a bug: safe code cannot
+    /// Debug builds have a watchdog (design.md §11): a leak past the bound (a bug: safe code cannot
     /// cause one) would otherwise show only as an `enter` that spins for ever, so after `WATCHDOG_SCANS` failed
     /// scans in a row they panic with what the bitmap holds. Release builds keep spinning: a lost race is
     /// always followed by a free bit.
@@ -254,7 +254,7 @@ impl Bitmap {
     #[inline(never)]
     fn exhausted(&self) -> ! {
         panic!(
-            "mmcid: no free CID after {WATCHDOG_SCANS} scans ({} of {} marked): a CID leaked past the users + cores \
+            "mmcid: no free CID after {WATCHDOG_SCANS} scans ({} of {} marked): a CID leaked past I2's hard \
              bound (design.md §2.4, I5); please report this",
             self.count(),
             self.capacity()

@@ -45,7 +45,7 @@ use std::fmt;
 ///     }
 /// });
 /// assert_eq!(hits.sum(), 4000);
-/// assert!(hits.shards_allocated() <= 4 + group.cores()); // I2's hard bound: users + cores
+/// assert!(hits.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
 pub struct ShardedCounter {
     group: Group,
@@ -106,15 +106,15 @@ impl ShardedCounter {
     #[inline(always)]
     fn update(&self, n: u64) {
         let shards = &self.shards;
-        let in_sequence = |reg: &crate::Registration| reg.add_in_sequence(|c| shards.installed(c), n);
-        // Per-task mode (or no rseq) costs this one test before the in-place enter. (The sequence inline: out of
-        // line, T = 1 / 2 took 2.67 / 2.82 ns instead of 2.94 / 2.87 and T = 8 4.80 instead of 4.02.)
-        if self.group.inner.sequences_apply()
-            // SAFETY: `in_sequence` only runs the sequence and looks up an installed shard: it never reaches the
-            // thread-local layer.
-            && unsafe { crate::local::peek_parked(&self.group, in_sequence) } == Some(true)
-        {
-            return;
+        // Groups without rseq cost this one test before the in-place enter.
+        if self.group.inner.hot.rseq {
+            if let Some(reg) = crate::local::parked(&self.group) {
+                // SAFETY: the parked registration stays alive while we use it: `add_in_sequence` only runs the
+                // sequence and looks up an installed shard, never reaching the thread-local layer (`peek_parked`).
+                if unsafe { reg.as_ref() }.add_in_sequence(&self.group.inner, |c| shards.installed(c), n) {
+                    return;
+                }
+            }
         }
         crate::local::with_cid(&self.group, |cid| bump(shards.get_cid(cid), n));
     }
@@ -238,8 +238,8 @@ impl ShardedCounter {
 
     /// Number of shards allocated so far: one per CID that ever counted. In steady state task and core CIDs stay
     /// below [`Group::max_cids`] (I2), so this is about the largest `max_cids` while the counter was used, plus
-    /// any temporary CIDs (below `users + cores`) that adds with a guard ([`add_with`](Self::add_with)) or
-    /// oversubscribed adders took. Shards are freed when the counter drops.
+    /// any extra or temporary CIDs (below I2's hard bound as it was when each was taken) that adds with a guard
+    /// ([`add_with`](Self::add_with)) or oversubscribed adders took. Shards are freed when the counter drops.
     pub fn shards_allocated(&self) -> usize {
         self.shards.shards_allocated()
     }
@@ -267,7 +267,9 @@ mod tests {
     #[test]
     fn sequence_adds_never_touch_a_held_cid() {
         const HOLDS: u64 = 200;
-        let group = Group::new();
+        // One CID per core: per-CPU mode for the whole test (with CID sets the adders' guard-path fallbacks could
+        // make the occupancy switch take the group to per-task mode, design.md §3.1).
+        let group = Group::builder().cids_per_core(1).build().unwrap();
         if !group.uses_rseq() {
             eprintln!("sequence_adds_never_touch_a_held_cid: no rseq borrows here, nothing to check");
             return;
@@ -321,6 +323,50 @@ mod tests {
         drop(extra);
     }
 
+    /// In an rseq group in per-task mode, an add is one restartable sequence on the registration's own CID (design.md
+    /// §9.3): it commits (at least 900 of 1000 tries: only a preemption aborts one), enters no guard (the
+    /// registration's per-task enter count does not move), and the total is exact; once the group is in per-CPU mode
+    /// and the registration's word is UNSET, the per-task sequence steps aside.
+    #[test]
+    fn per_task_adds_are_one_sequence_where_rseq_is_on() {
+        let group = Group::new();
+        if !group.uses_rseq() {
+            eprintln!("per_task_adds_are_one_sequence: no rseq here, nothing to check");
+            return;
+        }
+        std::thread::spawn(move || {
+            let counter = ShardedCounter::new(&group);
+            counter.add(1); // registers this thread (per-task: it owns CID 0) and installs its shard
+            assert_eq!(group.mode(), Mode::PerTask);
+            let before = group.stats();
+            // SAFETY: the closure never reaches the thread-local layer.
+            let sequence = |n| unsafe {
+                crate::local::peek_parked(&group, |reg| {
+                    reg.add_in_sequence(&group.inner, |c| counter.shards.installed(c), n)
+                })
+            };
+            let committed = (0..1000).filter(|_| sequence(2) == Some(true)).count();
+            assert!(committed > 900, "only {committed} of 1000 sequence adds committed");
+            let after = group.stats();
+            assert_eq!(after.counter_sequences - before.counter_sequences, committed as u64);
+            assert_eq!(after.enter_task_fast, before.enter_task_fast, "no guard entered");
+            assert_eq!(counter.sum(), 1 + 2 * committed as u64);
+            // Per-CPU mode: the walk took the word (this thread was not inside a guard), so the per-task sequence
+            // cannot run; the add still counts (per-CPU sequence or guard path).
+            let others: Vec<_> = (0..group.cores()).map(|_| group.register()).collect();
+            assert_eq!(group.mode(), Mode::PerCpu);
+            // SAFETY: as above.
+            let owns = unsafe { crate::local::peek_parked(&group, |reg| reg.cid()) };
+            assert_eq!(owns, Some(None), "the walk took the parked registration's CID");
+            counter.add(5);
+            assert_eq!(counter.sum(), 6 + 2 * committed as u64);
+            drop(others);
+            group.leave_thread();
+        })
+        .join()
+        .unwrap();
+    }
+
     /// In an rseq group in per-CPU mode, an add on an idle core is one restartable sequence (design.md §9.2):
     /// the sequence itself commits (at least 900 of 1000 tries, on a pinned thread: only a preemption aborts
     /// one), the total is exact, and a core's CID borrowed by a guard makes it step aside for the guard path.
@@ -341,7 +387,9 @@ mod tests {
             assert_eq!(group.mode(), Mode::PerCpu);
             // SAFETY: the closure never reaches the thread-local layer.
             let sequence = |n| unsafe {
-                crate::local::peek_parked(&group, |reg| reg.add_in_sequence(|c| counter.shards.installed(c), n))
+                crate::local::peek_parked(&group, |reg| {
+                    reg.add_in_sequence(&group.inner, |c| counter.shards.installed(c), n)
+                })
             };
             let committed = (0..1000).filter(|_| sequence(2) == Some(true)).count();
             assert!(committed > 900, "only {committed} of 1000 sequence adds committed");

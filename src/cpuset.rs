@@ -200,8 +200,8 @@ mod tests {
         assert_eq!(CpuSet::from_cpus([]), Err(Error::EmptyCpuSet));
         let possible = sys::possible_cpus();
         assert_eq!(CpuSet::from_cpus([possible + 3]), Err(Error::CpuOutOfRange { cpu: possible + 3, possible }));
-        // Huge numbers are rejected before the set is sized (review, session 3: these used to abort the process
-        // on a failed multi-terabyte allocation).
+        // Huge numbers are rejected before the set is sized (sizing a set for them would abort the process on a
+        // failed multi-terabyte allocation).
         for cpu in [1 << 40, usize::MAX] {
             assert_eq!(CpuSet::from_cpus([0, cpu]), Err(Error::CpuOutOfRange { cpu, possible }));
             let max = crate::group::MAX_CPUS;

@@ -55,7 +55,7 @@ impl Drop for Group {
 pub(crate) struct Hot {
     /// Mode word (design.md §2.1).
     pub(crate) mode: AtomicU32,
-    /// Current compactness bound (dossier §2).
+    /// Current compactness bound (design.md §3).
     pub(crate) max_cids: AtomicU32,
     /// Whether light barriers may be compiler fences (membarrier registered).
     pub(crate) asym: bool,
@@ -67,6 +67,34 @@ pub(crate) struct Hot {
     pub(crate) fast_cpu: u32,
     /// Whether slots are borrowed with an rseq critical section instead of a CAS (design.md §4.1.1).
     pub(crate) rseq: bool,
+    /// The group's process-unique id (`Group::id`), here so that a guard takes it from the line its enter reads
+    /// anyway.
+    pub(crate) id: u64,
+    /// CIDs a core may own at once (design.md §2.6): slots `0..k` of each core are in use.
+    pub(crate) k: u32,
+    /// rseq groups: `__rseq_offset` (`sys::rseq::area`), where the borrowing thread's rseq area lies.
+    pub(crate) rseq_area: isize,
+}
+
+/// The most CIDs a core may own at once (design.md §2.6): its slot words fill one 64-byte line.
+pub const MAX_CIDS_PER_CORE: usize = 16;
+/// log2 of [`MAX_CIDS_PER_CORE`]: slot `j` of core `cpu` is slot index `cpu << SLOT_SHIFT | j`.
+pub(crate) const SLOT_SHIFT: u32 = 4;
+const _: () = assert!(1 << SLOT_SHIFT == MAX_CIDS_PER_CORE);
+
+/// A core's slot words (design.md §2.3, §2.6), on the core's own cache lines.
+pub(crate) type CoreSlots = CachePadded<[AtomicU32; MAX_CIDS_PER_CORE]>;
+
+/// The core of slot index `at`.
+#[inline(always)]
+pub(crate) fn core_of(at: usize) -> usize {
+    at >> SLOT_SHIFT
+}
+
+/// Slot index of slot `j` of core `cpu`.
+#[inline(always)]
+pub(crate) fn slot_at(cpu: usize, j: usize) -> usize {
+    cpu << SLOT_SHIFT | j
 }
 
 /// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
@@ -74,13 +102,12 @@ pub(crate) const NOT_A_MODE: u32 = u32::MAX;
 
 pub(crate) struct Inner {
     pub(crate) hot: CachePadded<Hot>,
-    /// One word per core (design.md §2.3), each on its own cache line.
-    pub(crate) slots: Box<[CachePadded<AtomicU32>]>,
+    /// Each core's slot words (design.md §2.3, §2.6), on its own cache lines; `slot(at)` reads them by index.
+    pub(crate) slots: Box<[CoreSlots]>,
     pub(crate) bitmap: Bitmap,
     /// Possible cores (the kernel's N), or the number of virtual cores.
     pub(crate) cores: usize,
     pub(crate) virtual_cpus: bool,
-    pub(crate) id: u64,
     users: AtomicUsize,
     /// Counted `Group` handles (see `Group::counted`). A plain std atomic even under loom: its one ordering
     /// argument (the Release decrement in `Drop` against the Acquire load in `is_abandoned`) serves only the
@@ -97,6 +124,12 @@ pub(crate) struct Inner {
     cs: Box<[loom::sync::Mutex<()>]>,
     #[cfg(loom)]
     pub(crate) mutant: Mutant,
+    /// Loom: every membarrier fails (`GroupBuilder::failing_barriers`, design.md §12).
+    #[cfg(loom)]
+    failing_barriers: bool,
+    /// Tests: membarrier calls told to fail (design.md §12).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fail_barriers: sys::FailBarriers,
 }
 
 /// State changed only under the lifecycle lock (the kernel's `mm_cid.mutex` + `mm_cid.lock`).
@@ -108,6 +141,9 @@ struct Life {
     allowed: CpuSet,
     /// Switch-back threshold; non-zero ⇔ per-CPU mode wanted.
     thrs: usize,
+    /// Per-CPU ownership was found to use as many CIDs as per-task ownership would (design.md §3.1): per-task
+    /// mode, with `max_cids` at least `users`, until `users` falls below the kernel's switch-back threshold.
+    occupied: bool,
     /// Lifecycle events plus the counters of dropped registrations.
     counters: Counters,
 }
@@ -139,8 +175,12 @@ pub struct GroupBuilder {
     asymmetric: bool,
     /// `restartable_sequences`: `None` = where available (never under loom).
     rseq: Option<bool>,
+    /// `cids_per_core`: `None` = the default (16; 1 under loom, where model 13 sets 2).
+    cids_per_core: Option<usize>,
     #[cfg(loom)]
     mutant: Mutant,
+    #[cfg(loom)]
+    failing_barriers: bool,
 }
 
 impl Default for Group {
@@ -167,8 +207,11 @@ impl Group {
             invalid: None,
             asymmetric: true,
             rseq: None,
+            cids_per_core: None,
             #[cfg(loom)]
             mutant: Mutant::None,
+            #[cfg(loom)]
+            failing_barriers: false,
         }
     }
 
@@ -211,15 +254,17 @@ impl Group {
         self.inner.handles.load(Ordering::Acquire) == 0
     }
 
-    /// The most registrations the group can have at once (its CID space's hard size less one CID per core).
+    /// The most registrations the group can have at once (its CID space's hard size less what the cores may own,
+    /// and the one free bit allocation relies on).
     pub(crate) fn registration_limit(&self) -> usize {
-        MAX_BITS - self.inner.cores
+        MAX_BITS - self.inner.core_share() - 1
     }
 
     fn register_with(&self, handle: Group) -> Result<Registration, Error> {
         let inner = &*self.inner;
         let mut life = inner.life.lock();
-        if !inner.bitmap.grow(life.users + 1 + inner.cores) {
+        // I2's hard bound plus one (design.md §2.4, §2.6): every allocation finds a free bit.
+        if !inner.bitmap.grow(life.users + 1 + inner.core_share() + 1) {
             return Err(Error::TooManyRegistrations { limit: self.registration_limit() });
         }
         let rec = Arc::new(RegRec::new());
@@ -257,10 +302,13 @@ impl Group {
         self.inner.users.load(Ordering::Relaxed)
     }
 
-    /// The current compactness bound (I2): in steady state every CID a registration or a core owns, and so every
-    /// per-task and per-CPU guard's CID, is below it. A temporary CID (a guard whose core's CID was held by a
-    /// thread descheduled inside its guard, [`CidKind::Temporary`](crate::CidKind::Temporary)) is only below the
-    /// hard bound `users + cores`.
+    /// The current compactness bound (I2): in steady state every CID a registration owns and every core's first
+    /// CID, and so every per-task guard's CID and every per-CPU guard's on a core whose first CID was idle, is
+    /// below it. A core's extra CIDs ([`GroupBuilder::cids_per_core`]) and temporary CIDs
+    /// ([`CidKind::Temporary`](crate::CidKind::Temporary)) serve guards entered while a thread descheduled inside
+    /// its guard holds the core's first CID; they are only below the hard bound, `users + K · cores` as it was when
+    /// the CID was handed out: a guard keeps its CID while membership shrinks (the crate docs' "The range bound,
+    /// exactly").
     pub fn max_cids(&self) -> usize {
         self.inner.max_cids()
     }
@@ -279,6 +327,12 @@ impl Group {
     /// The cores the group may use (grows only).
     pub fn cpus(&self) -> CpuSet {
         self.inner.life.lock().allowed.clone()
+    }
+
+    /// The most CIDs a core may own at once in per-CPU mode ([`GroupBuilder::cids_per_core`]). With `users`
+    /// registrations, every CID handed out is below `users + cids_per_core() · cores()` (I2's hard bound).
+    pub fn cids_per_core(&self) -> usize {
+        self.inner.hot.k as usize
     }
 
     /// Whether light barriers are compiler fences paired with `membarrier` (design.md §5.1).
@@ -350,7 +404,7 @@ impl Group {
 
     /// A process-unique id, used to match guards with data of the same group.
     pub(crate) fn id(&self) -> u64 {
-        self.inner.id
+        self.inner.hot.id
     }
 
     /// Checks the ownership invariant (design.md §2.4) at quiescence: returns the number of set bits and the number
@@ -364,7 +418,7 @@ impl Group {
         let mut owned: Vec<u32> =
             life.regs.iter().flatten().map(|r| r.cid.load(Ordering::Acquire)).filter(|&w| w != UNSET).collect();
         owned.extend(
-            inner.slots.iter().map(|s| s.load(Ordering::Acquire)).filter(|&s| s & ONCPU != 0).map(|s| s & VALUE),
+            inner.all_slots().map(|(_, s)| s.load(Ordering::Acquire)).filter(|&s| s & ONCPU != 0).map(|s| s & VALUE),
         );
         let mut sorted = owned.clone();
         sorted.sort_unstable();
@@ -456,11 +510,42 @@ impl GroupBuilder {
         self
     }
 
+    /// The most CIDs a core may own at once in per-CPU mode (design.md §2.6), from 1 to
+    /// [`MAX_CIDS_PER_CORE`] (default: the maximum; for more than 32 768 cores, less, so that the cores' share stays
+    /// within half the CID space). When a thread descheduled inside its guard holds its core's
+    /// first CID, the next thread entering on that core borrows one of the core's extra CIDs (a borrow like the
+    /// first one's: a restartable sequence or one CAS, then a plain store at exit) instead of taking a temporary
+    /// CID from the bitmap and giving it back at exit (two atomic read-modify-writes). A core keeps as many CIDs as
+    /// the most guards its threads held at once, up to this; 1 makes every enter on a busy core take a temporary.
+    ///
+    /// ```
+    /// let group = mmcid::Group::builder().virtual_cpus(1).cids_per_core(2).build()?;
+    /// let (mut a, mut b, _c) = (group.register(), group.register(), group.register()); // per-CPU mode
+    /// let first = a.enter(); // the core's first CID
+    /// let second = b.enter(); // the core's CID is held: its second one, not a temporary
+    /// assert_eq!((first.kind(), second.kind()), (mmcid::CidKind::Core(0), mmcid::CidKind::Core(0)));
+    /// assert_ne!(first.cid(), second.cid());
+    /// # Ok::<(), mmcid::Error>(())
+    /// ```
+    pub fn cids_per_core(mut self, k: usize) -> Self {
+        self.cids_per_core = Some(k);
+        self
+    }
+
     /// Loom only: build the group with one mutant step (docs/loom.md).
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn mutant(mut self, mutant: Mutant) -> Self {
         self.mutant = mutant;
+        self
+    }
+
+    /// Loom only: a group whose light barriers are compiler fences (the membarrier build) and whose every
+    /// membarrier fails, as after a seccomp filter forbade it (design.md §12, loom model 13).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn failing_barriers(mut self, on: bool) -> Self {
+        self.failing_barriers = on;
         self
     }
 
@@ -491,6 +576,10 @@ impl GroupBuilder {
         if let Some(e) = self.invalid.clone() {
             return Err(e);
         }
+        if let Some(k) = self.cids_per_core {
+            let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus).max(1);
+            Error::check_range("cids_per_core", k, 1, cids_per_core_limit(cores))?;
+        }
         match self.virtual_cpus {
             Some(0) => Err(Error::ZeroThreads),
             Some(n) => {
@@ -516,9 +605,15 @@ impl GroupBuilder {
     }
 
     fn build_unchecked(self) -> Group {
+        // First: a fork from now on waits for this build's process-wide probes below (design.md §12.2).
+        #[cfg(not(loom))]
+        crate::fork::install();
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
+        // Loom has no membarrier; a group whose membarrier fails is still built as one that has it.
+        #[cfg(loom)]
+        let asym = asym || self.failing_barriers;
         sys::rseq::probe(); // here, not on the hot path: it takes the loader's lock
 
         // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
@@ -531,13 +626,14 @@ impl GroupBuilder {
             && sys::membarrier_rseq_available();
         #[cfg(loom)]
         let rseq = self.rseq == Some(true);
+        let k = self.cids_per_core.unwrap_or(if cfg!(loom) { 1 } else { cids_per_core_limit(cores) });
         #[allow(unused_mut)]
         let mut bitmap = Bitmap::new(cores);
         #[cfg(loom)]
         {
             bitmap.relaxed = self.mutant == Mutant::RelaxedBitmap;
         }
-        Group {
+        let group = Group {
             inner: Arc::new(Inner {
                 hot: CachePadded::new(Hot {
                     mode: AtomicU32::new(PER_TASK),
@@ -546,12 +642,14 @@ impl GroupBuilder {
                     fast_task: if asym { PER_TASK } else { NOT_A_MODE },
                     fast_cpu: if asym { PER_CPU } else { NOT_A_MODE },
                     rseq,
+                    id: next_group_id(),
+                    k: k as u32,
+                    rseq_area: if rseq { sys::rseq::area() } else { 0 },
                 }),
-                slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
+                slots: (0..cores).map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU32::new(EMPTY)))).collect(),
                 bitmap,
                 cores,
                 virtual_cpus: self.virtual_cpus.is_some(),
-                id: next_group_id(),
                 users: AtomicUsize::new(0),
                 handles: std::sync::atomic::AtomicUsize::new(1),
                 life: Mutex::new(Life {
@@ -560,6 +658,7 @@ impl GroupBuilder {
                     free: Vec::new(),
                     allowed,
                     thrs: 0,
+                    occupied: false,
                     counters: Counters::default(),
                 }),
                 claim: AtomicU32::new(0),
@@ -568,10 +667,33 @@ impl GroupBuilder {
                 cs: (0..cores).map(|_| loom::sync::Mutex::new(())).collect(),
                 #[cfg(loom)]
                 mutant: self.mutant,
+                #[cfg(loom)]
+                failing_barriers: self.failing_barriers,
+                #[cfg(all(test, not(loom)))]
+                fail_barriers: sys::FailBarriers::default(),
             }),
             counted: true,
-        }
+        };
+        #[cfg(not(loom))]
+        crate::fork::track(&group.inner);
+        group
     }
+}
+
+/// The most CIDs a core of a group of `cores` may own: [`MAX_CIDS_PER_CORE`], less where the cores' share would take
+/// more than half the CID space (only groups of more than 32 768 cores, virtual ones).
+fn cids_per_core_limit(cores: usize) -> usize {
+    (MAX_BITS / 2 / cores).clamp(1, MAX_CIDS_PER_CORE)
+}
+
+/// Whether `holders` guards held at once in per-CPU mode, with `cores` the group's `max_cids` (in per-CPU mode the
+/// cores it may use), make per-task ownership of `users` CIDs
+/// worth it (design.md §3.1): at least half the users, so per-task ownership needs at most twice the CIDs the
+/// holders need anyway, and more than twice the cores, so most holders are descheduled threads and per-CPU ownership
+/// could not stay compact (without the second condition, threads that start one after another, a few of them
+/// already inside guards while the rest still register, would switch a group that needs only its cores).
+fn occupied_at(holders: usize, users: usize, cores: usize) -> bool {
+    holders * 2 >= users && holders > 2 * cores
 }
 
 /// The most cores (virtual or real) a group covers: one cache-padded slot each, and the core number must fit the
@@ -587,8 +709,29 @@ fn next_group_id() -> u64 {
 impl Inner {
     #[inline(always)]
     pub(crate) fn max_cids(&self) -> usize {
-        // Relaxed: a stale bound only changes whether converge runs (dossier O4).
+        // Relaxed: a stale bound only changes whether converge runs (as the kernel's `READ_ONCE(max_cids)`).
         self.hot.max_cids.load(Ordering::Relaxed) as usize
+    }
+
+    /// Slot word `at` (`slot_at(cpu, j)`, design.md §2.6).
+    #[inline(always)]
+    pub(crate) fn slot(&self, at: usize) -> &AtomicU32 {
+        &self.slots[core_of(at)][at & (MAX_CIDS_PER_CORE - 1)]
+    }
+
+    /// The slot words in use of core `cpu`, with their indexes: `0..k`.
+    pub(crate) fn core_slots(&self, cpu: usize) -> impl Iterator<Item = (usize, &AtomicU32)> {
+        self.slots[cpu][..self.hot.k as usize].iter().enumerate().map(move |(j, s)| (slot_at(cpu, j), s))
+    }
+
+    /// Every slot word in use, with its index: what sweeps, drains and audits visit.
+    pub(crate) fn all_slots(&self) -> impl Iterator<Item = (usize, &AtomicU32)> {
+        (0..self.cores).flat_map(move |cpu| self.core_slots(cpu))
+    }
+
+    /// The most CIDs the cores may own at once: `K · cores` (I2's hard bound is `users` more, design.md §2.6).
+    pub(crate) fn core_share(&self) -> usize {
+        self.hot.k as usize * self.cores
     }
 
     /// Whether the loom mutant `m` is active (always false in normal builds).
@@ -647,30 +790,91 @@ impl Inner {
     }
 
     /// Heavy side (F2): membarrier on every CPU running a thread of this process, or a full fence. In rseq groups
-    /// the RSEQ membarrier, which also aborts every restartable sequence in flight (design.md §4.1.1).
-    fn heavy_barrier(&self) {
+    /// the RSEQ membarrier, which also aborts every restartable sequence in flight (design.md §4.1.1). False if
+    /// the membarrier failed (design.md §12): then it ordered nothing, and the caller must not rely on it.
+    fn heavy_barrier(&self) -> bool {
         if self.hot.rseq && !self.mutant(MUTANT_PLAIN_FIXUP_BARRIER) {
-            self.rseq_barrier();
+            self.rseq_barrier()
         } else if self.hot.asym {
-            sys::membarrier();
+            self.membarrier(false)
         } else {
             fence(Ordering::SeqCst);
+            true
         }
     }
 
-    /// The RSEQ membarrier: once it returns, every borrow sequence has either committed (and its store is
-    /// visible to us) or will start after it (and see everything we stored before). Loom: a full fence, then
-    /// every core's sequence lock taken and released.
-    fn rseq_barrier(&self) {
+    /// The RSEQ membarrier: once it returns true, every borrow sequence has either committed (and its store is
+    /// visible to us) or will start after it (and see everything we stored before). False if it failed (design.md
+    /// §12). Loom: a full fence, then every core's sequence lock taken and released.
+    fn rseq_barrier(&self) -> bool {
         #[cfg(not(loom))]
-        sys::membarrier_rseq();
+        {
+            self.membarrier(true)
+        }
         #[cfg(loom)]
         {
+            if self.failing_barriers {
+                return false;
+            }
             fence(Ordering::SeqCst);
             for cs in self.cs.iter() {
                 drop(cs.lock().unwrap_or_else(|e| e.into_inner()));
             }
+            true
         }
+    }
+
+    /// One membarrier, the RSEQ command if `rseq`: retried while it fails with a transient error, false if it
+    /// failed after all (design.md §12). Tests can make it fail (`fail_barriers`).
+    #[cfg(not(loom))]
+    fn membarrier(&self, rseq: bool) -> bool {
+        sys::membarrier_retrying(|| {
+            #[cfg(test)]
+            if let Some(errno) = self.fail_barriers.next() {
+                return Err(errno);
+            }
+            if rseq {
+                sys::membarrier_rseq()
+            } else {
+                sys::membarrier()
+            }
+        })
+        .is_ok()
+    }
+
+    /// Loom has no membarrier: a group has asymmetric fences only when built with `failing_barriers`.
+    #[cfg(loom)]
+    fn membarrier(&self, _rseq: bool) -> bool {
+        !self.failing_barriers
+    }
+
+    /// F2 of a switch: whether its walk may take what the light side could still be using. False, counted, when
+    /// the barrier failed: the task → CPU walk then takes nothing, and the CPU → task sweep of an rseq group
+    /// neither (design.md §12).
+    fn fixup_barrier(&self, life: &Life) -> bool {
+        if self.mutant(MUTANT_NO_FIXUP_BARRIER) || self.heavy_barrier() {
+            return true;
+        }
+        life.counters.bump(Ev::BarrierFailed);
+        self.mutant(MUTANT_IGNORE_FAILED_BARRIER)
+    }
+
+    /// The RSEQ membarrier between a claim (or a drain's claims) and its take; false, counted in `c`, when it
+    /// failed: the claimer then gives its claims back (`unclaim`, design.md §12).
+    fn claim_barrier(&self, c: &Counters) -> bool {
+        if self.rseq_barrier() {
+            return true;
+        }
+        c.bump(Ev::BarrierFailed);
+        self.mutant(MUTANT_IGNORE_FAILED_CLAIM_BARRIER)
+    }
+
+    /// Gives back a claim `s | CLAIM` whose barrier failed: the core owns `c` idle again, as before the claim.
+    /// Release: the idle word hands `c` to its next borrower with its last borrower's writes, which the claim CAS
+    /// acquired (an RMW, this CAS also continues X1's release sequence). It fails only if a sequence that read `s`
+    /// before the claim committed BUSY over it: that borrower keeps `c`, exactly as after a successful barrier.
+    fn unclaim(slot: &AtomicU32, s: u32) {
+        let _ = slot.compare_exchange(s | CLAIM, s, Ordering::Release, Ordering::Relaxed);
     }
 
     /// Whether whole per-CPU updates may be restartable sequences now (design.md §9.2): an rseq group in per-CPU
@@ -685,18 +889,18 @@ impl Inner {
     /// ONCPU. Either way the slot's load pairs with the previous borrower's X1 Release store (I8): the CAS's
     /// Acquire, or an x86 load (acquire by TSO) inside the sequence.
     #[inline(always)]
-    pub(crate) fn borrow_slot(&self, cpu: usize, expect: u32) -> bool {
+    pub(crate) fn borrow_slot(&self, at: usize, expect: u32) -> bool {
         if self.hot.rseq {
-            self.rseq_store_if(cpu, expect, expect | BUSY)
+            self.rseq_store_if(at, expect, expect | BUSY)
         } else {
-            self.slots[cpu].compare_exchange(expect, expect | BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            self.slot(at).compare_exchange(expect, expect | BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
         }
     }
 
     #[cfg(not(loom))]
     #[inline(always)]
-    fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
-        sys::rseq::store_if(cpu as u32, &self.hot.mode, &self.slots[cpu], expect, new)
+    fn rseq_store_if(&self, at: usize, expect: u32, new: u32) -> bool {
+        sys::rseq::store_if(self.hot.rseq_area, core_of(at) as u32, &self.hot.mode, self.slot(at), expect, new)
     }
 
     /// Loom's restartable sequence: nothing else of core `cpu` runs between the compares and the store, which is
@@ -708,9 +912,9 @@ impl Inner {
     /// false duplicates (reproduced with seven lines of loom, no mmcid: plain store → false report, swap → none;
     /// docs/loom.md). As an RMW the store is placed after everything it raced in modification order.
     #[cfg(loom)]
-    fn rseq_store_if(&self, cpu: usize, expect: u32, new: u32) -> bool {
-        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
-        let slot = &self.slots[cpu];
+    fn rseq_store_if(&self, at: usize, expect: u32, new: u32) -> bool {
+        let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
+        let slot = self.slot(at);
         // Acquire, both: what the real sequence's x86 loads are (acquire by TSO); the slot load pairs with the
         // previous borrower's X1 (I8), the mode load with F1/F4.
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || slot.load(Ordering::Acquire) != expect {
@@ -725,10 +929,10 @@ impl Inner {
     /// Loom's whole-update sequence (design.md §9.2): `f` runs where the commit store would, under the same
     /// checks as `rseq_store_if`, and the slot is not written.
     #[cfg(loom)]
-    pub(crate) fn rseq_run_if(&self, cpu: usize, expect: u32, f: impl FnOnce()) -> bool {
-        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
+    pub(crate) fn rseq_run_if(&self, at: usize, expect: u32, f: impl FnOnce()) -> bool {
+        let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
         // Acquire, both: as in `rseq_store_if` (x86 loads; I8 through the previous borrower's X1).
-        let s = self.slots[cpu].load(Ordering::Acquire);
+        let s = self.slot(at).load(Ordering::Acquire);
         let same = if self.mutant(MUTANT_SEQUENCE_IGNORES_BUSY) { s & !BUSY == expect & !BUSY } else { s == expect };
         if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || !same {
             return false;
@@ -737,14 +941,30 @@ impl Inner {
         true
     }
 
-    /// Takes idle word `s` (`ONCPU | c`) of core `cpu`'s slot, leaving it EMPTY: on success `c` is the caller's.
+    /// Loom's per-task whole-update sequence (design.md §9.3) on core `cpu` (the registration's modelled CPU): `f`
+    /// runs where the commit store would, only if the mode is `PER_TASK` and `word` still holds `w`.
+    #[cfg(loom)]
+    pub(crate) fn rseq_run_if_owned(&self, cpu: usize, word: &AtomicU32, w: u32, f: impl FnOnce()) -> bool {
+        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
+        // Acquire, both: what the real sequence's x86 loads are (acquire by TSO).
+        let mode_ok =
+            self.mutant(MUTANT_OWNED_SEQUENCE_IGNORES_MODE) || self.hot.mode.load(Ordering::Acquire) == PER_TASK;
+        let word_ok = self.mutant(MUTANT_OWNED_SEQUENCE_IGNORES_WORD) || word.load(Ordering::Acquire) == w;
+        if !(mode_ok && word_ok) {
+            return false;
+        }
+        f();
+        true
+    }
+
+    /// Takes idle word `s` (`ONCPU | c`) of slot `at`, leaving it EMPTY: on success `c` is the caller's.
     /// For every `idle → EMPTY` write outside a fixup walk. A CAS; in rseq groups a claim (design.md §4.1.1):
     /// `s → s | CLAIM`, the RSEQ membarrier, `s | CLAIM → EMPTY`, under the claim lock. Nobody waits for that
     /// lock: a stealer (`exit = false`) that finds it held gives up (it converges at a later enter, I6), and an
     /// exit leaves its slot to the holder (`defer_claim`) and returns false, as if someone else had taken `c`.
     /// `c`: the calling registration's counters, for what a drain takes.
-    pub(crate) fn take_idle(&self, cpu: usize, s: u32, exit: bool, c: &Counters) -> bool {
-        let slot = &self.slots[cpu];
+    pub(crate) fn take_idle(&self, at: usize, s: u32, exit: bool, c: &Counters) -> bool {
+        let slot = self.slot(at);
         // AcqRel: takes the CID with its last borrower's writes (pairs with X1's Release store).
         if !self.hot.rseq {
             return slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok();
@@ -759,11 +979,14 @@ impl Inner {
         // AcqRel, both CASes: they take the CID with its last borrower's writes (pairs with X1's Release store);
         // the claim lock (Acquire/Release) orders them against other claimers.
         let taken = slot.compare_exchange(s, s | CLAIM, Ordering::AcqRel, Ordering::Acquire).is_ok() && {
-            if !self.mutant(MUTANT_NO_CLAIM_BARRIER) {
-                self.rseq_barrier();
+            if self.mutant(MUTANT_NO_CLAIM_BARRIER) || self.claim_barrier(c) {
+                // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps
+                // `c`.
+                slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            } else {
+                Self::unclaim(slot, s); // no barrier, no take: as if someone else had the slot (design.md §12)
+                false
             }
-            // Fails only if a sequence that read `s` before the claim committed over it: its borrower keeps `c`.
-            slot.compare_exchange(s | CLAIM, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok()
         };
         self.claim_unlock(c);
         taken
@@ -829,7 +1052,7 @@ impl Inner {
             return;
         }
         let mut claimed = false;
-        for slot in self.slots.iter() {
+        for (_, slot) in self.all_slots() {
             // Relaxed, and still sees each deferring exit's X1 (or later): X1 → the exit's Release swap of the
             // flag → our Acquire swap (`claim_unlock`) → this load. So a deferred slot is never skipped as stale;
             // other values are hints the CAS validates. AcqRel CAS: as `take_idle`'s claim (pairs with X1);
@@ -844,16 +1067,17 @@ impl Inner {
         if !claimed {
             return;
         }
-        // As in every claim: a sequence that read an idle word before our claim has committed or was aborted.
-        if !self.mutant(MUTANT_NO_DRAIN_BARRIER) {
-            self.rseq_barrier();
-        }
-        for slot in self.slots.iter() {
+        // As in every claim: a sequence that read an idle word before our claim has committed or was aborted. If
+        // the barrier failed, every claim goes back and the deferred CIDs stay on their cores (design.md §12).
+        let fenced = self.mutant(MUTANT_NO_DRAIN_BARRIER) || self.claim_barrier(c);
+        for (_, slot) in self.all_slots() {
             // Every CLAIM word is ours (we hold the lock); our own claim is the latest we can read, or a sequence's
             // BUSY that committed over it (then its borrower keeps the CID, and the CAS fails). Relaxed load and
             // failure: hints; the AcqRel CAS takes the CID with the writes its claim acquired.
             let s = slot.load(Ordering::Relaxed);
-            if s & CLAIM != 0 && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            if s & CLAIM != 0 && !fenced {
+                Self::unclaim(slot, s & !CLAIM);
+            } else if s & CLAIM != 0 && slot.compare_exchange(s, EMPTY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.bitmap.clear(s & VALUE);
                 c.bump(Ev::BitmapClear);
                 c.bump(Ev::FixupTake);
@@ -862,7 +1086,7 @@ impl Inner {
     }
 
     /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
-    /// the walk (dossier O3).
+    /// the walk (the kernel's `smp_mb()` before clearing TRANSIT, 47ee94efccf6).
     fn completion_order(&self) -> Ordering {
         if self.mutant(MUTANT_RELAXED_COMPLETION) {
             Ordering::Relaxed
@@ -883,12 +1107,16 @@ impl Inner {
     /// Recomputes `max_cids` and decides whether the mode must flip (kernel `mm_update_max_cids`).
     fn update_limits(&self, life: &mut Life) -> Flip {
         let opt = self.opt(life);
-        let max = (opt + opt / 4).min(self.cores);
-        // Relaxed: lock held; a reader's stale value only changes whether it converges (dossier O4).
+        if life.occupied && life.users < self.thrs(opt) {
+            life.occupied = false; // few enough users for the kernel's rules again (design.md §3.1)
+        }
+        let kernel_max = (opt + opt / 4).min(self.cores);
+        let max = if life.occupied { kernel_max.max(life.users) } else { kernel_max };
+        // Relaxed: lock held; a reader's stale value only changes whether it converges (as the kernel's READ_ONCE).
         self.hot.max_cids.store(max as u32, Ordering::Relaxed);
         // Relaxed: the caller holds the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
-            if life.users > max {
+            if life.users > max && !life.occupied {
                 life.thrs = self.thrs(opt);
                 return Flip::ToPerCpu;
             }
@@ -897,6 +1125,66 @@ impl Inner {
             return Flip::ToPerTask;
         }
         Flip::None
+    }
+
+    /// Per-CPU mode, and an enter found its core's first CID held (design.md §3.1): if at least half the users, and
+    /// more than twice the cores, hold a guard right now (borrowed slots and temporaries), per-CPU ownership saves at
+    /// most half the CIDs, and the group switches to per-task ownership. Only tries the lifecycle lock: an enter never waits (I6).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn check_occupancy(&self) {
+        // Relaxed: a hint (the decision is taken again under the lock).
+        if !occupied_at(self.holders(), self.users.load(Ordering::Relaxed), self.max_cids()) {
+            return;
+        }
+        let Some(mut life) = self.life.try_lock() else { return };
+        // Relaxed: we hold the lifecycle lock, and only its holder stores the mode.
+        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU
+            || life.occupied
+            || !occupied_at(self.holders(), life.users, self.max_cids())
+        {
+            return;
+        }
+        life.occupied = true;
+        life.thrs = 0;
+        let flip = self.update_limits(&mut life);
+        debug_assert!(matches!(flip, Flip::None), "per-CPU mode, occupied: only this switch is due");
+        self.apply(&mut life, Flip::ToPerTask);
+    }
+
+    /// A registration's steal took back the CID its previous steal had moved (design.md §4.5.1): per-CPU ownership
+    /// makes a CID follow a thread from core to core. If per-task ownership is a state the kernel's rules keep at
+    /// this membership (`users ≤ max_cids`: no register since would have switched back to per-CPU mode), switch to
+    /// it. Only tries the lifecycle lock: an enter never waits (I6).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn check_steal_storm(&self) {
+        // Relaxed: a hint (the decision is taken again under the lock).
+        if self.users.load(Ordering::Relaxed) > self.max_cids() {
+            return;
+        }
+        let Some(mut life) = self.life.try_lock() else { return };
+        // Relaxed: we hold the lifecycle lock, and only its holder stores the mode and `max_cids`.
+        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU || life.users > self.max_cids() {
+            return;
+        }
+        life.thrs = 0;
+        let flip = self.update_limits(&mut life);
+        debug_assert!(matches!(flip, Flip::None), "per-CPU mode, no threshold: only this switch is due");
+        self.apply(&mut life, Flip::ToPerTask);
+    }
+
+    /// Guards holding a CID now, as a racy snapshot in per-CPU mode: BUSY slots, plus the set bits no slot owns
+    /// (temporaries; registration words are UNSET in per-CPU mode but for transitions).
+    fn holders(&self) -> usize {
+        let (mut busy, mut owned) = (0, 0);
+        for (_, slot) in self.all_slots() {
+            // Relaxed: a snapshot that only decides whether to look again under the lock.
+            let s = slot.load(Ordering::Relaxed);
+            owned += (s & ONCPU != 0) as usize;
+            busy += (s & BUSY != 0) as usize;
+        }
+        busy + self.bitmap.count().saturating_sub(owned)
     }
 
     fn apply(&self, life: &mut Life, flip: Flip) {
@@ -911,8 +1199,11 @@ impl Inner {
     fn switch_to_per_cpu(&self, life: &mut Life) {
         life.counters.bump(Ev::SwitchToCpu);
         self.hot.mode.store(TO_PER_CPU, Ordering::Release); // F1
-        if !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
-            self.heavy_barrier(); // F2: pairs with E2 and X2
+                                                            // F2: pairs with E2 and X2. If it failed, the walk takes nothing: every registration keeps its CID until
+                                                            // its next enter gives it up (design.md §12).
+        if !self.fixup_barrier(life) {
+            self.hot.mode.store(PER_CPU, self.completion_order()); // F4
+            return;
         }
         life.counters.bump(Ev::FixupWalk);
         for rec in life.regs.iter().flatten() {
@@ -945,18 +1236,20 @@ impl Inner {
         // F2: pairs with X2 of borrowers. The last registration's drop needs none: every registration's drop came
         // after all its guards and sequences and took the lifecycle lock before us (happens-before), so nothing
         // runs on the light side; the last-user sweep in `unregister` has always relied on the same argument.
-        // That saves one (RSEQ) membarrier per round to groups that empty and refill (thread pools).
-        if life.users > 0 && !self.mutant(MUTANT_NO_FIXUP_BARRIER) {
-            self.heavy_barrier();
+        // That saves one (RSEQ) membarrier per round to groups that empty and refill (thread pools). If F2
+        // failed, the sweep of a CAS group still runs (a slot CAS against a borrow CAS needs no barrier), an rseq
+        // group's does not (a sequence in flight could commit over the EMPTY slot): its idle core CIDs stay until
+        // a later switch or the last drop (design.md §12).
+        if life.users == 0 || self.fixup_barrier(life) || !self.hot.rseq {
+            self.sweep_slots(life);
         }
-        self.sweep_slots(life);
         self.hot.mode.store(PER_TASK, self.completion_order()); // F4
     }
 
     /// Takes the CID of every core slot that owns one nobody is using (busy ones resolve at their exit, D-core).
     fn sweep_slots(&self, life: &mut Life) {
         life.counters.bump(Ev::FixupWalk);
-        for slot in self.slots.iter() {
+        for (_, slot) in self.all_slots() {
             life.counters.bump(Ev::FixupVisit);
             // F3. Relaxed: a hint the CAS below validates (and acquires through).
             let s = slot.load(Ordering::Relaxed);
@@ -1002,6 +1295,37 @@ impl Inner {
     }
 }
 
+/// A group's locks held across a `fork` by the forking thread (design.md §12.2): its lifecycle lock and its claim
+/// lock, so the child gets neither held by a thread that does not exist there.
+#[cfg(not(loom))]
+pub(crate) struct ForkHold<'a> {
+    inner: &'a Inner,
+    life: crate::sync::MutexGuard<'a, Life>,
+}
+
+#[cfg(not(loom))]
+impl Inner {
+    /// fork's prepare handler: waits for the lifecycle lock (a register, drop, switch or `stats` in progress),
+    /// then for the claim lock (a claim or drain in progress: a claim or drain never waits for anything but the
+    /// kernel's membarrier, and nobody holding the claim lock takes the lifecycle lock, so this ends).
+    pub(crate) fn hold_for_fork(&self) -> ForkHold<'_> {
+        let life = self.life.lock();
+        while !self.try_claim_lock() {
+            std::thread::yield_now();
+        }
+        ForkHold { inner: self, life }
+    }
+}
+
+#[cfg(not(loom))]
+impl ForkHold<'_> {
+    /// After the fork, in the parent and in the child alike: the claim lock is unlocked the usual way (draining
+    /// what exits deferred to us meanwhile, counted under the lifecycle lock we still hold), then the lifecycle lock.
+    pub(crate) fn release(self) {
+        self.inner.claim_unlock(&self.life.counters);
+    }
+}
+
 /// Loom only: the claim protocol's participants in isolation, for models 11g and 11h (docs/loom.md), where a
 /// real scenario would need more threads or preemptions than loom can explore.
 #[cfg(loom)]
@@ -1013,7 +1337,7 @@ impl Group {
         let g = &*self.inner;
         let c = g.bitmap.get();
         // Set-up, before the model's threads are spawned (their spawn orders it); Release is not needed.
-        g.slots[cpu].store(slot::busy(c), Ordering::Release);
+        g.slot(slot_at(cpu, 0)).store(slot::busy(c), Ordering::Release);
     }
 
     /// That guard's exit after the switch (`exit_slow_core` without adoption): X1, then the claim, which may
@@ -1021,9 +1345,10 @@ impl Group {
     pub fn loom_exit_core(&self, cpu: usize) {
         let g = &*self.inner;
         // Relaxed: the holder reads its own BUSY word (only it writes a BUSY slot). Release: X1, as the real exit.
-        let c = g.slots[cpu].load(Ordering::Relaxed) & VALUE;
-        g.slots[cpu].store(slot::owned(c), Ordering::Release);
-        if g.take_idle(cpu, slot::owned(c), true, &Counters::default()) {
+        let at = slot_at(cpu, 0);
+        let c = g.slot(at).load(Ordering::Relaxed) & VALUE;
+        g.slot(at).store(slot::owned(c), Ordering::Release);
+        if g.take_idle(at, slot::owned(c), true, &Counters::default()) {
             g.bitmap.clear(c);
         }
     }
@@ -1050,6 +1375,7 @@ macro_rules! mutant_ids {
         #[cfg(loom)]
         pub(crate) const $name: MutantId = Mutant::$variant;
         #[cfg(not(loom))]
+        #[allow(dead_code)] // some knobs sit only in loom's models of the sequences
         pub(crate) const $name: MutantId = $n;
     )*};
 }
@@ -1075,6 +1401,11 @@ mutant_ids! {
     MUTANT_NO_DRAIN_BARRIER = NoDrainBarrier = 19;
     MUTANT_RELAXED_VISITED_BIT = RelaxedVisitedBit = 20;
     MUTANT_CONVERGE_TAKES_FIRST = ConvergeTakesFirst = 21;
+    MUTANT_OWNED_SEQUENCE_IGNORES_MODE = OwnedSequenceIgnoresMode = 22;
+    MUTANT_OWNED_SEQUENCE_IGNORES_WORD = OwnedSequenceIgnoresWord = 23;
+    MUTANT_EXIT_TO_FIRST_SLOT = ExitToFirstSlot = 26;
+    MUTANT_IGNORE_FAILED_BARRIER = IgnoreFailedBarrier = 24;
+    MUTANT_IGNORE_FAILED_CLAIM_BARRIER = IgnoreFailedClaimBarrier = 25;
 }
 
 #[cfg(all(test, not(loom)))]
@@ -1105,16 +1436,18 @@ mod tests {
         let inner = &*g.inner;
         let regs: Vec<_> = (0..inner.cores + 1).map(|_| g.register()).collect();
         assert_eq!(g.mode(), Mode::PerCpu);
-        for slot in inner.slots.iter() {
+        for cpu in 0..inner.cores {
+            let slot = inner.slot(slot_at(cpu, 0));
             if slot.load(Acquire) == EMPTY {
                 slot.store(slot::owned(inner.bitmap.get()), Release); // as a first enter on the core would
             }
         }
         let rounds: u64 = if cfg!(debug_assertions) { 500_000 } else { 5_000_000 };
         let (holds, total) = sys::tests::per_cpu_exclusion(rounds, |cpu| {
-            let word = inner.slots[cpu].load(Relaxed);
-            (slot::idle_cid(word).is_some() && inner.borrow_slot(cpu, word))
-                .then_some(move || inner.slots[cpu].store(word, Release)) // the exit's X1
+            let at = slot_at(cpu, 0);
+            let word = inner.slot(at).load(Relaxed);
+            (slot::idle_cid(word).is_some() && inner.borrow_slot(at, word))
+                .then_some(move || inner.slot(at).store(word, Release)) // the exit's X1
         });
         assert_eq!(total, holds, "two threads of one CPU borrowed its CID at once");
         drop(regs);
@@ -1136,7 +1469,7 @@ mod tests {
         let _reg = g.register(); // per-task mode: no core may own a CID
         let c = inner.bitmap.get();
         let idle = slot::owned(c);
-        inner.slots[0].store(idle, Release); // what an exit that lost a switch finds after its X1
+        inner.slot(0).store(idle, Release); // what an exit that lost a switch finds after its X1
         let counters = Counters::default();
 
         assert!(inner.try_claim_lock(), "the test is the holder");
@@ -1144,10 +1477,10 @@ mod tests {
         assert_eq!(inner.claims_deferred.load(Relaxed), 0, "and flags nothing");
         assert!(!inner.take_idle(0, idle, true, &counters), "an exit does not wait either");
         assert_eq!(inner.claims_deferred.load(Relaxed), 1, "it flags its slot");
-        assert_eq!(inner.slots[0].load(Relaxed), idle, "and leaves the CID there");
+        assert_eq!(inner.slot(0).load(Relaxed), idle, "and leaves the CID there");
 
         inner.claim_unlock(&counters); // the holder's unlock drains the flag
-        assert_eq!(inner.slots[0].load(Relaxed), EMPTY);
+        assert_eq!(inner.slot(0).load(Relaxed), EMPTY);
         assert!(!inner.bitmap.is_set(c), "the deferred CID is free");
         assert_eq!((inner.claims_deferred.load(Relaxed), inner.claim.load(Relaxed)), (0, 0));
         let mut t = Stats::totals();
@@ -1157,14 +1490,15 @@ mod tests {
 
         // With the lock free, the exit claims by itself.
         let c = inner.bitmap.get();
-        inner.slots[1 % inner.cores].store(slot::owned(c), Release);
-        assert!(inner.take_idle(1 % inner.cores, slot::owned(c), true, &counters));
+        let at = slot_at(1 % inner.cores, 0);
+        inner.slot(at).store(slot::owned(c), Release);
+        assert!(inner.take_idle(at, slot::owned(c), true, &counters));
         assert_eq!(inner.claim.load(Relaxed), 0, "unlocked again");
         inner.bitmap.clear(c);
         assert!(g.audit().is_consistent(), "{:?}", g.audit());
     }
 
-    /// The worked examples of the dossier §2, row by row.
+    /// The kernel's limits (`mm_update_max_cids`, design.md §3) on worked examples, row by row.
     #[test]
     fn limits_follow_the_kernel_table() {
         // N=4, 4 allowed: users 1..4 -> max 1,2,3,4 per-task; 5 -> per-CPU with thrs 2.
@@ -1233,3 +1567,7 @@ mod tests {
         assert!(g.audit().is_consistent() && g.audit().bits == 0);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+#[path = "platform_tests.rs"]
+mod platform_tests;

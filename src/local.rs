@@ -1,8 +1,10 @@
 //! The thread-local convenience layer: `Group::enter` for code that does not manage registrations.
 //!
-//! Each thread parks one registration, of the group it used last, in a thread-local slot: `Group::enter` takes
-//! it from there (two plain stores) and the guard's drop parks it again, so the pair costs a few instructions on
-//! top of [`Registration::enter`]. Registrations of other groups, and the second registration that a nested
+//! Each thread parks one registration, of the group it used last, in a thread-local slot: `Group::enter` marks it
+//! in use there (one plain store: the slot's group id becomes 0) and the guard's drop marks it parked again (one
+//! store), so the pair costs a few instructions on top of [`Registration::enter`], and the registration's pointer
+//! is only ever read on the fast path (a pointer moved out of the slot and back at every call made each enter wait
+//! for the previous drop's store to reach the next load). Registrations of other groups, and the second registration that a nested
 //! `enter` on the same thread needs (nested guards never share a CID), wait in a per-thread pool. The slot and the
 //! pool are dropped at thread exit, which unregisters their registrations (I7); a guard that outlives them (held
 //! by another thread-local's destructor) unregisters its registration itself. No protocol here is concurrent:
@@ -15,6 +17,11 @@
 //! groups or `ShardedCounter`s one after another keeps at most one dead registration; registrations of groups
 //! abandoned since the thread's last slow-path call stay until its next one (or its exit).
 //!
+//! A guard passed to `mem::forget` cannot be told from a live outer guard at the thread's next enter, so its
+//! registration stays its own (in the list of lent registrations) and the slot takes another one: later enters are
+//! the fast path again. At thread exit, after every thread-local destructor, a pthread key destructor drops what is
+//! still lent, giving back what the forgotten guards held (design.md §9.1.1).
+//!
 //! Limit: a thread whose first `Group::enter` runs inside a `pthread_key_create` destructor (after Rust's
 //! thread-local destructors) can no longer register the thread-exit hook, so its registration is never dropped.
 
@@ -23,9 +30,17 @@ use crate::{Group, Registration};
 use std::cell::{Cell, RefCell};
 use std::ptr::{self, NonNull};
 
-/// The parked registration: `reg` owns a `Box<Registration>` made by `Box::into_raw` (null when empty), `id` is its
-/// group's id (0 when empty; group ids start at 1). No destructor, so the hot path needs no thread-local state
-/// check: `Closer`, registered on the first (cold) take, empties it at thread exit.
+/// The parked registration. States (`id`, `reg`):
+///
+/// | `id` | `reg` | state |
+/// |---|---|---|
+/// | 0 | null | empty |
+/// | the group's id | `R` | `R` parked: the slot owns it |
+/// | 0 | `R` | `R` in use: a `Group::enter` guard or an in-place enter owns it until it is given back here |
+/// | `CLOSED_ID` | the closed marker | closed (thread exit) |
+///
+/// `R` is a `Box<Registration>` made by `Box::into_raw`; group ids start at 1. No destructor, so the hot path needs
+/// no thread-local state check: `Closer`, registered on the first (cold) take, empties it at thread exit.
 struct Parked {
     id: Cell<u64>,
     reg: Cell<*mut Registration>,
@@ -49,24 +64,39 @@ impl Parked {
     }
 }
 
-/// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot.
+/// Thread-exit hook of `PARKED`: drops the parked registration (unregistering it) and closes the slot. A
+/// registration in use goes to `LENT`: its guard, if live (held by another thread-local's destructor), finds the
+/// slot closed at its give-back and drops it; if the guard was passed to `mem::forget`, `reap` drops it after the
+/// thread-local destructors (design.md §9.1.1).
 struct Closer;
 
 impl Drop for Closer {
     fn drop(&mut self) {
         let _ = PARKED.try_with(|p| {
+            let in_use = p.id.get() == 0;
             let reg = p.close();
-            if !reg.is_null() && reg != closed_marker() {
-                // SAFETY: a non-null `reg` other than the closed marker (set here and by `take_slow`) is a
-                // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
-                drop(unsafe { Box::from_raw(reg) });
+            if let Some(reg) = NonNull::new(reg).filter(|&r| r.as_ptr() != closed_marker()) {
+                if in_use {
+                    lend(reg);
+                } else {
+                    // SAFETY: a non-null `reg` other than the closed marker (set here and by `take_slow`) is a
+                    // `Box::into_raw` pointer owned by the slot; the slot no longer refers to it.
+                    drop(unsafe { Box::from_raw(reg.as_ptr()) });
+                }
             }
         });
     }
 }
 
+/// Registrations the layer handed out that are not the slot's: owned by their guards (or in-place enters) until
+/// given back, by a guard that may also have been passed to `mem::forget` (design.md §9.1.1).
+type Lent = Vec<NonNull<Registration>>;
+
 thread_local! {
     static PARKED: Parked = const { Parked { id: Cell::new(0), reg: Cell::new(ptr::null_mut()) } };
+    /// The thread's `Lent` list: null, or an owned `Box::into_raw` pointer. A raw pointer in a const `Cell` has no
+    /// destructor, so the list is still there when `reap` runs, after every thread-local destructor.
+    static LENT: Cell<*mut Lent> = const { Cell::new(ptr::null_mut()) };
     static CLOSER: Closer = const { Closer };
     // Boxed: a `Group::enter` guard owns its registration through a raw pointer, and moving a box in and out of the
     // pool moves one pointer, not the registration.
@@ -74,9 +104,8 @@ thread_local! {
     static POOL: RefCell<Vec<(u64, Vec<Box<Registration>>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Takes the parked registration if it belongs to group `id`: the caller owns the returned `Box::into_raw`
-/// pointer.
-#[inline(always)]
+/// Takes the parked registration out of the slot if it belongs to group `id`: the caller owns the returned
+/// `Box::into_raw` pointer, and the slot is empty.
 fn unpark(id: u64) -> Option<NonNull<Registration>> {
     PARKED
         .try_with(|p| {
@@ -90,6 +119,22 @@ fn unpark(id: u64) -> Option<NonNull<Registration>> {
         .flatten()
 }
 
+/// Marks the parked registration in use if it belongs to group `id`, and returns it: the caller owns it until it
+/// gives it back with `give_back` (which finds it still in the slot and marks it parked again).
+#[inline(always)]
+fn use_parked(id: u64) -> Option<NonNull<Registration>> {
+    PARKED
+        .try_with(|p| {
+            if p.id.get() != id {
+                return None;
+            }
+            p.id.set(0);
+            NonNull::new(p.reg.get())
+        })
+        .ok()
+        .flatten()
+}
+
 /// Runs `f` on the calling thread's registration of `group` while it stays parked (no take, no give-back);
 /// `None` if none is parked for `group`.
 ///
@@ -97,28 +142,29 @@ fn unpark(id: u64) -> Option<NonNull<Registration>> {
 ///
 /// `f` must not reach this layer again (`Group::enter`, `with_cid`, `take`, `forget`, `leave_thread`, a
 /// `ShardedCounter` update): that could unpark and drop the registration `f` is looking at.
-#[inline(always)]
+#[cfg(test)]
 pub(crate) unsafe fn peek_parked<R>(group: &Group, f: impl FnOnce(&Registration) -> R) -> Option<R> {
-    PARKED
-        .try_with(|p| {
-            if p.id.get() != group.id() {
-                return None;
-            }
-            let reg = NonNull::new(p.reg.get())?;
-            // SAFETY: the parked pointer is an owned, live `Box::into_raw` registration; it stays parked, and so
-            // alive, while `f` runs: only this thread's layer takes it, `f` does not call into the layer (the
-            // caller's contract), and no signal handler does either (`Group::enter`'s documented contract).
-            Some(f(unsafe { reg.as_ref() }))
-        })
-        .ok()
-        .flatten()
+    // SAFETY: a parked pointer (its id matched: parked, not in use) is an owned, live `Box::into_raw`
+    // registration; it stays parked, and so alive, while `f` runs: only this thread's layer takes it, `f` does not
+    // call into the layer (the caller's contract), and no signal handler does either (`Group::enter`'s documented
+    // contract).
+    parked(group).map(|reg| f(unsafe { reg.as_ref() }))
 }
 
-/// A registration of `group` for the calling thread, as an owned `Box::into_raw` pointer: the parked one, one from
-/// the pool, or a new one.
+/// The calling thread's parked registration of `group`, if any: a pointer that stays valid until this thread's
+/// layer is reached again (the contract of `peek_parked`). Only the slot's two words are read inside the
+/// thread-local access, a closure small enough to inline always; the caller's work runs outside it.
+#[inline(always)]
+pub(crate) fn parked(group: &Group) -> Option<NonNull<Registration>> {
+    let id = group.id();
+    PARKED.try_with(|p| if p.id.get() == id { NonNull::new(p.reg.get()) } else { None }).ok().flatten()
+}
+
+/// A registration of `group` for the calling thread, as an owned `Box::into_raw` pointer: the parked one (marked in
+/// use), one from the pool, or a new one. Give it back with `give_back`.
 #[inline(always)]
 pub(crate) fn take(group: &Group) -> NonNull<Registration> {
-    unpark(group.id()).unwrap_or_else(|| take_slow(group))
+    use_parked(group.id()).unwrap_or_else(|| take_slow(group))
 }
 
 #[cold]
@@ -150,24 +196,48 @@ fn take_slow(group: &Group) -> NonNull<Registration> {
         })
         .unwrap_or_default();
     drop(dead);
-    let reg = pooled.unwrap_or_else(|| Box::new(group.register_uncounted()));
-    NonNull::from(Box::leak(reg))
+    let reg = NonNull::from(Box::leak(pooled.unwrap_or_else(|| Box::new(group.register_uncounted()))));
+    use_in_slot(reg);
+    reg
 }
 
-/// Gives back a registration taken with `take` (an owned `Box::into_raw` pointer): parks it if the slot is
-/// empty; else see `give_back_slow`.
+/// `reg` was just taken for a guard or an in-place enter: make it the slot's registration in use, so that its
+/// give-back is the fast path. An empty slot takes it; so does a slot whose registration is in use, by a guard that
+/// is live (nested enters) or was passed to `mem::forget` (the two cannot be told apart, design.md §9.1.1): that
+/// registration stays its guard's, in `LENT`, and the thread's later enters find `reg` parked instead of taking the
+/// slow path for ever. A slot parked for another group keeps its registration (`give_back_slow` evicts it), and a
+/// closed one takes nothing: `reg` is lent then.
+fn use_in_slot(reg: NonNull<Registration>) {
+    let lent = PARKED
+        .try_with(|p| {
+            let (id, slot) = (p.id.get(), p.reg.get());
+            if slot.is_null() {
+                p.id.set(0);
+                p.reg.set(reg.as_ptr());
+                None
+            } else if id == 0 {
+                NonNull::new(p.reg.replace(reg.as_ptr()))
+            } else {
+                Some(reg)
+            }
+        })
+        .unwrap_or(Some(reg));
+    if let Some(lent) = lent {
+        lend(lent);
+    }
+}
+
+/// Gives back a registration of group `id` taken with `take` (an owned `Box::into_raw` pointer): marks it parked
+/// if it is the slot's registration in use (the common case: one store); else see `give_back_slow`.
 #[inline(always)]
-pub(crate) fn give_back(reg: NonNull<Registration>) {
+pub(crate) fn give_back(reg: NonNull<Registration>, id: u64) {
     let parked = PARKED
         .try_with(|p| {
-            let empty = p.reg.get().is_null();
-            if empty {
-                // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases
-                // nothing mutable.
-                p.id.set(unsafe { reg.as_ref() }.group().id());
-                p.reg.set(reg.as_ptr());
+            if p.reg.get() == reg.as_ptr() {
+                p.id.set(id);
+                return true;
             }
-            empty
+            false
         })
         .unwrap_or(false);
     if !parked {
@@ -175,18 +245,20 @@ pub(crate) fn give_back(reg: NonNull<Registration>) {
     }
 }
 
-/// The slot is taken (or gone). Most recently used wins: a registration of another group than the parked one
-/// takes the slot and the parked one goes to the pool, so a thread that moves on to another group gets the fast
-/// path there after one call. Same group (nested guards), closed slot, or thread-locals gone: to the pool, which
-/// drops (unregisters) it if the pool is gone too.
+/// A lent registration comes back (`LENT`). Into an empty slot (`leave_thread` emptied it meanwhile): parked. Most
+/// recently used wins: a registration of another group than the parked one takes the slot and the parked one goes
+/// to the pool, so a thread that moves on to another group gets the fast path there after one call. Same group
+/// (nested guards), a slot registration in use (its guard gives it back later), closed slot, or thread-locals gone:
+/// to the pool, which drops (unregisters) it if the pool is gone too.
 #[cold]
 fn give_back_slow(reg: NonNull<Registration>) {
+    unlend(reg);
     // SAFETY: the caller owns `reg` (a live `Box::into_raw` pointer); reading its group id aliases nothing mutable.
     let id = unsafe { reg.as_ref() }.group().id();
     // Ok(evicted occupant, if any): `reg` is parked now; Err: it is not.
     let parked = PARKED.try_with(|p| {
         let occupant = p.id.get();
-        if occupant == id || occupant == CLOSED_ID {
+        if !p.reg.get().is_null() && (occupant == id || occupant == CLOSED_ID || occupant == 0) {
             return Err(());
         }
         p.id.set(id);
@@ -194,11 +266,83 @@ fn give_back_slow(reg: NonNull<Registration>) {
     });
     let to_pool = match parked {
         Ok(Ok(Some(evicted))) => evicted,
-        Ok(Ok(None)) => return, // the slot had emptied meanwhile (cannot happen on one thread): parked
+        Ok(Ok(None)) => return, // the slot was empty: parked
         Ok(Err(())) | Err(_) => reg,
     };
     // SAFETY: `to_pool` is an owned `Box::into_raw` pointer that the slot (or the caller) no longer refers to.
     release(unsafe { Box::from_raw(to_pool.as_ptr()) });
+}
+
+/// Adds `reg` (owned by a guard or an in-place enter, not by the slot) to `LENT`; the first registration lent
+/// since the list was last freed makes the list and arms `reap` for this thread.
+#[cold]
+fn lend(reg: NonNull<Registration>) {
+    let _ = LENT.try_with(|l| {
+        if l.get().is_null() {
+            l.set(Box::into_raw(Box::default()));
+            arm_reaper();
+        }
+        // SAFETY: a non-null `LENT` is an owned `Box::into_raw` list that only this thread reaches, and nothing
+        // else borrows it now (`lend`, `unlend` and `reap` hold no reference across calls).
+        unsafe { &mut *l.get() }.push(reg);
+    });
+}
+
+/// Removes `reg` from `LENT` if it is there (a guard of it came back after all).
+fn unlend(reg: NonNull<Registration>) {
+    let _ = LENT.try_with(|l| {
+        // SAFETY: as in `lend`.
+        if let Some(lent) = unsafe { l.get().as_mut() } {
+            // From the end: a nested guard usually comes back before the ones lent earlier.
+            if let Some(at) = lent.iter().rposition(|&r| r == reg) {
+                lent.swap_remove(at);
+            }
+        }
+    });
+}
+
+/// The process's pthread key whose destructor is `reap` (made on first use; `None` if the C library had no key
+/// left, and then lent registrations of forgotten guards leak as they did before).
+fn reaper_key() -> Option<libc::pthread_key_t> {
+    static KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: `key` is a valid out-pointer and `reap` an `extern "C"` destructor for the key's values.
+        (unsafe { libc::pthread_key_create(&mut key, Some(reap)) } == 0).then_some(key)
+    })
+}
+
+/// Makes the C library run `reap` when this thread exits (a non-null value for the key).
+fn arm_reaper() {
+    if let Some(key) = reaper_key() {
+        // SAFETY: any pointer may be stored; `reap` never dereferences it. Failure (ENOMEM) leaves `reap` unarmed:
+        // forgotten guards' registrations then leak, as they did before.
+        let _ = unsafe { libc::pthread_setspecific(key, NonNull::<u8>::dangling().as_ptr().cast()) };
+    }
+}
+
+/// Thread exit, after the thread's thread-local destructors (the C library runs pthread-key destructors after
+/// them: glibc's `__call_tls_dtors` comes before `__nptl_deallocate_tsd`): every registration still in `LENT`
+/// belongs to a guard passed to `mem::forget`, since a guard held by a thread-local was dropped by its destructor
+/// by now. Drop each: `Registration`'s drop gives back what the guard held (design.md §4.6) and unregisters it.
+/// If the slot is not closed yet, `Closer` has not run (a C library that runs key destructors first, or interleaves
+/// them): ask for another round.
+extern "C" fn reap(_: *mut libc::c_void) {
+    if PARKED.try_with(|p| p.id.get() != CLOSED_ID).unwrap_or(false) {
+        return arm_reaper();
+    }
+    let lent = LENT.try_with(|l| l.replace(ptr::null_mut())).unwrap_or(ptr::null_mut());
+    if lent.is_null() {
+        return;
+    }
+    // SAFETY: a non-null `LENT` is an owned `Box::into_raw` list; `LENT` no longer refers to it.
+    let lent = unsafe { Box::from_raw(lent) };
+    for reg in *lent {
+        // SAFETY: a lent registration is an owned `Box::into_raw` pointer; its guard never ran its drop (it would
+        // have taken it out of `LENT`), and never will: every thread-local that could hold it is destroyed, a guard
+        // cannot leave its thread (`!Send`), and `Group::enter` forbids unsafe code to keep one alive past this.
+        drop(unsafe { Box::from_raw(reg.as_ptr()) });
+    }
 }
 
 /// Puts a registration in the calling thread's pool; drops (unregisters) it if the pool is gone or its group is
@@ -227,7 +371,7 @@ fn release(reg: Box<Registration>) {
 /// `ShardedCounter::add` a few ns. Exits even if `f` panics (I7).
 #[inline(always)]
 pub(crate) fn with_cid<R>(group: &Group, f: impl FnOnce(usize) -> R) -> R {
-    let inside = InPlace::enter(take(group));
+    let inside = InPlace::enter(take(group), group.id());
     f(inside.entered.cid() as usize)
 }
 
@@ -235,14 +379,15 @@ pub(crate) fn with_cid<R>(group: &Group, f: impl FnOnce(usize) -> R) -> R {
 struct InPlace {
     reg: NonNull<Registration>,
     entered: Entered,
+    id: u64,
 }
 
 impl InPlace {
     #[inline(always)]
-    fn enter(reg: NonNull<Registration>) -> InPlace {
+    fn enter(reg: NonNull<Registration>, id: u64) -> InPlace {
         // SAFETY: `take` handed us ownership of a live `Box::into_raw` pointer; nothing else refers to it.
         let entered = unsafe { &mut *reg.as_ptr() }.enter_raw();
-        InPlace { reg, entered }
+        InPlace { reg, entered, id }
     }
 }
 
@@ -251,7 +396,7 @@ impl Drop for InPlace {
     fn drop(&mut self) {
         // SAFETY: as in `enter`: we own the pointer until `give_back` below.
         unsafe { &mut *self.reg.as_ptr() }.exit_raw(self.entered);
-        give_back(self.reg);
+        give_back(self.reg, self.id);
     }
 }
 
@@ -292,6 +437,12 @@ impl Group {
     /// running them after the scope returns (join its handle, or call [`Group::leave_thread`] at the end of its
     /// closure, to count on [`Group::users`] right after).
     ///
+    /// A guard passed to [`std::mem::forget`] keeps its CID and its registration until the thread exits, which
+    /// gives both back after the thread's thread-local destructors (a guard a thread-local holds may be dropped in
+    /// its destructor as usual); the thread's later calls use another registration. Unsafe code must not keep a
+    /// guard alive past that point (in a value under a `pthread_key_create` key, say): it is taken for a forgotten
+    /// one.
+    ///
     /// Not for signal handlers or a `#[global_allocator]`: a thread's first call allocates its registration, and
     /// a handler that interrupts the thread inside this layer (this call, a guard's drop, [`Group::leave_thread`],
     /// `ShardedCounter::add` or `sub`) reaches the same thread-local slot and pool as the interrupted call, so it
@@ -310,7 +461,7 @@ impl Group {
     /// let inner = group.enter();
     /// assert_ne!(outer.cid(), inner.cid());
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn enter(&self) -> crate::CidGuard<'static> {
         let reg = take(self);
         // SAFETY: `take` hands us ownership of a live `Box::into_raw` pointer; nothing else refers to it. Nothing
@@ -323,7 +474,7 @@ impl Group {
 
     /// Unregisters the calling thread's pooled registrations of this group now instead of at thread exit;
     /// returns how many there were. A guard of [`Group::enter`] still live on the thread keeps its registration,
-    /// which is parked again when the guard drops: call this after dropping them. Not for signal handlers (see
+    /// which goes back to the layer when the guard drops: call this after dropping them. Not for signal handlers (see
     /// [`Group::enter`]).
     ///
     /// ```
@@ -368,8 +519,8 @@ mod tests {
         .unwrap();
     }
 
-    /// Pool entries of dead groups do not pile up (review of session 3: an entry emptied by a take was never
-    /// swept, one per short-lived group).
+    /// Pool entries of dead groups do not pile up: an entry emptied by a take goes at the next take, with those of
+    /// abandoned groups, so 100 short-lived groups leave at most two.
     #[test]
     fn pool_entries_do_not_pile_up() {
         std::thread::spawn(|| {
@@ -382,6 +533,44 @@ mod tests {
             }
             let entries = POOL.with(|pool| pool.borrow().len());
             assert!(entries <= 2, "{entries} pool entries after 100 short-lived groups");
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// The registrations `LENT` holds, in order.
+    fn lent() -> Vec<*mut Registration> {
+        // SAFETY: as in `lend`: nothing else borrows the list during this read.
+        LENT.with(|l| unsafe { l.get().as_ref() }.map(|l| l.iter().map(|r| r.as_ptr()).collect()).unwrap_or_default())
+    }
+
+    /// After a `Group::enter` guard passed to `mem::forget` (design.md §9.1.1), the thread's next enter takes the slot
+    /// for a new registration, which its guard's drop parks: later enters are the fast path again (before, the slot
+    /// stayed "in use" for ever and every enter went to the pool). The forgotten guard's registration waits in
+    /// `LENT`, as does the registration of a live outer guard while a nested enter runs, which comes back out.
+    #[test]
+    fn a_forgotten_guard_leaves_the_slot_to_another_registration() {
+        std::thread::spawn(|| {
+            let group = Group::new();
+            std::mem::forget(group.enter());
+            let forgotten = PARKED.with(|p| p.reg.get());
+            assert!(lent().is_empty());
+            drop(group.enter());
+            let (id, parked) = PARKED.with(|p| (p.id.get(), p.reg.get()));
+            assert_eq!(id, group.id(), "a registration is parked again: the next enter is the fast path");
+            assert_ne!(parked, forgotten);
+            assert_eq!(lent(), [forgotten]);
+            for _ in 0..10 {
+                drop(group.enter());
+                assert_eq!(PARKED.with(|p| (p.id.get(), p.reg.get())), (group.id(), parked));
+            }
+            let outer = group.enter();
+            let inner = group.enter();
+            assert_eq!(lent(), [forgotten, parked], "the outer guard's registration, while the inner one runs");
+            drop(inner);
+            drop(outer);
+            assert_eq!(lent(), [forgotten], "given back");
+            assert_eq!(group.users(), 3);
         })
         .join()
         .unwrap();

@@ -5,7 +5,9 @@
 //! Shards are boxed one by one (`Box<CachePadded<T>>`) when a CID first asks for its shard, so memory follows the
 //! CIDs really handed out, not the CPU count. The pointers to them live in segments of doubling length: segment
 //! `s` holds the pointers of CIDs `64·(2^s − 1) .. 64·(2^(s+1) − 1)`, so 15 segments cover the hard CID bound
-//! (`MAX_BITS`, I2) and a segment, once installed, never moves. A parallel set of segments holds the *visited*
+//! (`MAX_BITS`, I2) and a segment, once installed, never moves. Segment 0 (CIDs below 64, where CIDs stay in
+//! steady state on machines of up to 64 allowed cores) lives inline in the `PerCid`, so a guard's shard is one
+//! load away; the others are allocated when a CID of theirs is first used. A parallel set of segments holds the *visited*
 //! bitmask: one bit per CID, set once the CID's shard exists, so a scan reads one word per 64 CIDs of the
 //! segments in use and one pointer per visited shard, never a slot per possible CPU (the kernel's 2026
 //! visited-CPU scan reduction).
@@ -104,7 +106,7 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 /// let mut all: Vec<u32> = lists.iter_visited().flat_map(|(_cid, v)| v.drain(..)).collect();
 /// all.sort();
 /// assert_eq!(all, [0, 1, 2, 3]);
-/// assert!(lists.shards_allocated() <= 4 + group.cores()); // I2's hard bound: users + cores
+/// assert!(lists.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
 ///
 /// Thread-safety follows `T: Send`, like `Mutex<T>`:
@@ -119,7 +121,11 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 /// sync::<mmcid::PerCid<std::rc::Rc<u64>>>(); // not Send: could not be handed between threads
 /// ```
 pub struct PerCid<T> {
-    /// `shards[s]`: null, or segment `s` (`seg_len(s)` slots); installed once by CAS, freed in `Drop`.
+    /// Segment 0, the slots of CIDs `0..64`, inline: the shard of a CID below 64 is one load away, with no segment
+    /// to find first (the common case: CIDs stay below `max_cids`, at most the group's cores).
+    first: [Slot<T>; FIRST],
+    /// `shards[s]` for `s ≥ 1`: null, or segment `s` (`seg_len(s)` slots); installed once by CAS, freed in `Drop`.
+    /// `shards[0]` stays null (segment 0 is `first`).
     shards: [AtomicPtr<Slot<T>>; SEGMENTS],
     /// `visited[s]`: null, or `words_len(s)` words; bit `i` of word `w` ⇔ slot `64·w + i` of segment `s` is set.
     visited: [AtomicPtr<AtomicU64>; SEGMENTS],
@@ -199,6 +205,7 @@ impl<T> PerCid<T> {
 
     fn make(group: &Group, init: Init<T>) -> PerCid<T> {
         PerCid {
+            first: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             shards: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             visited: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             allocated: AtomicUsize::new(0),
@@ -319,6 +326,9 @@ impl<T> PerCid<T> {
     /// The shard of CID `cid` if it is installed, its slot loaded with `order`.
     #[inline(always)]
     fn installed_shard(&self, cid: usize, order: Ordering) -> Option<NonNull<CachePadded<T>>> {
+        if let Some(slot) = self.first.get(cid) {
+            return NonNull::new(slot.load(order));
+        }
         let (s, off) = locate(cid);
         // Acquire: pairs with the Release CAS that installed the segment (its null slots are initialised).
         let seg = NonNull::new(self.shards[s].load(Acquire))?;
@@ -333,9 +343,13 @@ impl<T> PerCid<T> {
     fn install(&self, cid: usize) -> NonNull<CachePadded<T>> {
         let (s, off) = locate(cid);
         let relaxed_segments = self.mutant(MUTANT_RELAXED_SEGMENT_INSTALL);
-        let seg = segment(&self.shards[s], seg_len(s), || AtomicPtr::new(ptr::null_mut()), relaxed_segments);
-        // SAFETY: `off < seg_len(s)`; the segment lives until `Drop`.
-        let slot = unsafe { &*seg.as_ptr().add(off) };
+        let slot = if s == 0 {
+            &self.first[off]
+        } else {
+            let seg = segment(&self.shards[s], seg_len(s), || AtomicPtr::new(ptr::null_mut()), relaxed_segments);
+            // SAFETY: `off < seg_len(s)`; the segment lives until `Drop`.
+            unsafe { &*seg.as_ptr().add(off) }
+        };
         // Relaxed: as in `shard` (only holders of `cid` store it, in I8 order).
         if let Some(shard) = NonNull::new(slot.load(Relaxed)) {
             return shard; // unreachable while I8 holds (the hot path saw it null); harmless
@@ -463,9 +477,9 @@ impl<T> Iterator for RawIter<'_, T> {
                     );
                     continue;
                 }
-                // SAFETY: `cid` lies in segment `self.seg`, and `slots` is `shards[self.seg]`, loaded (Acquire) when
-                // the scan reached word 0 of this segment: installed before any visited bit of the segment is set,
-                // so non-null here (checked above), and it lives as long as `per_cid`.
+                // SAFETY: `cid` lies in segment `self.seg`, and `slots` is `first` (segment 0) or `shards[self.seg]`,
+                // loaded (Acquire) when the scan reached word 0 of this segment: installed before any visited bit of
+                // the segment is set, so non-null here (checked above), and it lives as long as `per_cid`.
                 let slot = unsafe { &*self.slots.add(cid - seg_base(self.seg)) };
                 // Acquire: pairs with the Release store in `install` (the shard's initialisation is visible).
                 match NonNull::new(slot.load(Acquire)) {
@@ -492,8 +506,13 @@ impl<T> Iterator for RawIter<'_, T> {
                 continue;
             }
             if self.word == 0 {
-                // Acquire: as above; loaded after `words` so it is installed whenever a bit of it is visible.
-                self.slots = self.per_cid.shards[self.seg].load(Acquire);
+                self.slots = if self.seg == 0 {
+                    // Inline, always there.
+                    self.per_cid.first.as_ptr().cast_mut()
+                } else {
+                    // Acquire: as above; loaded after `words` so it is installed whenever a bit of it is visible.
+                    self.per_cid.shards[self.seg].load(Acquire)
+                };
             }
             // SAFETY: `self.word < words_len(self.seg)`; the segment lives as long as `per_cid`.
             let word = unsafe { &*words.add(self.word) };
@@ -645,7 +664,7 @@ mod tests {
             // SAFETY: the shard is live and no other reference to it exists.
             unsafe { **p.as_ptr() = cid as u32 };
         }
-        assert!(per_cid.shards[0].load(Relaxed).is_null());
+        assert!(per_cid.visited[0].load(Relaxed).is_null(), "segment 0's visited words never made");
         let seen: Vec<(usize, u32)> = per_cid.iter_visited().map(|(c, v)| (c, *v)).collect();
         assert_eq!(seen, [(70, 70), (200, 200)]);
         assert_eq!(per_cid.shards_allocated(), 2);

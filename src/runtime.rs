@@ -53,7 +53,7 @@ use std::thread::{self, Thread};
 /// let mut cpus = Vec::new();
 /// for h in handles {
 ///     let (cpu, cid) = h.join().unwrap();
-///     assert!(cid < rt.group().cores() * 2);         // hard bound: users + cores
+///     assert!(cid < rt.group().cores() * 2);         // users + cores: one worker per core, no extra CIDs
 ///     cpus.push(cpu);
 /// }
 /// cpus.sort();

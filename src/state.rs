@@ -92,11 +92,11 @@ pub enum Mutant {
     NoEnterBarrier,
     /// No light barrier between the release store and the mode load in exit (D-exit, D-core).
     NoExitBarrier,
-    /// No heavy barrier after the mode flip (dossier O2).
+    /// No heavy barrier after the mode flip (the kernel's `smp_mb()` after flipping the mode, 47ee94efccf6).
     NoFixupBarrier,
     /// Relaxed bitmap set/clear (I8).
     RelaxedBitmap,
-    /// Relaxed store of the final mode (dossier O3).
+    /// Relaxed store of the final mode (the kernel's `smp_mb()` before clearing TRANSIT, 47ee94efccf6).
     RelaxedCompletion,
     /// The task → CPU fixup takes running registrations' CIDs too ("no TRANSIT on running owners").
     FixupIgnoresRunning,
@@ -132,9 +132,24 @@ pub enum Mutant {
     NoDrainLoop,
     /// rseq groups: the drain takes the idle slots it claimed without the RSEQ membarrier in between.
     NoDrainBarrier,
-    /// Per-task convergence takes the in-range CID before it gives the out-of-range one up (the order before
-    /// session 10), so a converger between its two steps holds two (design.md §2.4).
+    /// Per-task convergence takes the in-range CID before it gives the out-of-range one up (the reverse of the
+    /// real order), so a converger between its two steps holds two (design.md §2.4).
     ConvergeTakesFirst,
+    /// rseq groups: the per-task whole-update sequence (`ShardedCounter`, design.md §9.3) does not check the mode, so
+    /// one that starts after a task → CPU switch's F2 still adds while the walk takes the CID.
+    OwnedSequenceIgnoresMode,
+    /// rseq groups: the per-task whole-update sequence does not compare the registration's word, so one that read the
+    /// word before a switch took it (and the mode came back to per-task) adds to a CID another registration owns.
+    OwnedSequenceIgnoresWord,
+    /// CID sets (design.md §2.6): a per-CPU exit releases its CID into its core's first slot instead of the slot it
+    /// borrowed.
+    ExitToFirstSlot,
+    /// A switch's F2 that failed is taken as issued: the task → CPU walk, or an rseq group's CPU → task sweep,
+    /// takes anyway (design.md §12; loom model 13, with `GroupBuilder::failing_barriers`).
+    IgnoreFailedBarrier,
+    /// A claim's or a drain's RSEQ membarrier that failed is taken as issued: the claimer takes anyway instead of
+    /// giving its claims back (design.md §12; loom model 13).
+    IgnoreFailedClaimBarrier,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -6,17 +6,18 @@
 //! counted under the lifecycle lock. `Group::stats` sums the live records and the totals of dropped ones.
 
 /// Counted events. The first seven share the registration record's first cache line with its word and
-/// `running` flag (`RegRec` is 128-byte aligned: 8 bytes, then these): the fast paths and the temporary path
-/// (which follows a blocking call, when that line is often cold) touch that one line only.
+/// `running` flag (`RegRec` is 128-byte aligned: 8 bytes, then these): the fast paths, the extra-CID borrow and
+/// the sequence adds touch that one line only (a temporary's exit touches the next one too).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Ev {
     TaskFast,
     CpuFast,
+    CpuExtra,
+    Sequence,
     Temporary,
     Alloc,
     BitmapSet,
     BitmapClear,
-    Sequence,
     TaskSlow,
     CpuSlow,
     Converge,
@@ -30,14 +31,16 @@ pub(crate) enum Ev {
     FixupWalk,
     FixupVisit,
     FixupTake,
+    BarrierFailed,
 }
 
-const EVENTS: usize = Ev::FixupTake as usize + 1;
+const EVENTS: usize = Ev::BarrierFailed as usize + 1;
 
 /// A snapshot of a group's counters, from [`Group::stats`](crate::Group::stats).
 ///
 /// Counts are totals since the group was built. `cids_in_use` is a racy count of set bits unless the group is
-/// quiescent.
+/// quiescent. `Display` prints the counts that matter on one line (enters per ownership mode, temporaries, mode
+/// switches, CIDs in use); `Debug` prints every field.
 ///
 /// ```
 /// let group = mmcid::Group::new();
@@ -47,6 +50,11 @@ const EVENTS: usize = Ev::FixupTake as usize + 1;
 /// let stats = group.stats();
 /// assert_eq!(stats.enter_task_fast, 2);
 /// assert_eq!(stats.cids_in_use, 1);
+/// assert_eq!(
+///     stats.to_string(),
+///     "enters: task 2, cpu 0, temporary 0 (slow 0, converged 0); counter sequences 0; \
+///      switches: to per-CPU 0, to per-task 0; CIDs in use 1"
+/// );
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -58,14 +66,19 @@ pub struct Stats {
     /// Enters that kept or got the registration's own CID on the slow path (after a switch, out of range, or
     /// first use).
     pub enter_task_slow: u64,
-    /// Enters that borrowed (or donated and borrowed) the core's CID on the slow path.
+    /// Enters that borrowed (or donated and borrowed) the core's first CID on the slow path.
     pub enter_cpu_slow: u64,
+    /// Enters that borrowed one of the core's extra CIDs (or donated one) because its first CID was held by a
+    /// guard (design.md §2.6, [`GroupBuilder::cids_per_core`](crate::GroupBuilder::cids_per_core)): a thread
+    /// descheduled inside its guard on that core, or a nested guard.
+    pub enter_cpu_extra: u64,
     /// Enters that moved a CID back under `max_cids` (I4); also counted in one of the categories above.
     pub enter_converge: u64,
-    /// Enters that took a temporary CID because the core's CID was in use. Every enter is exactly one of
-    /// `enter_task_fast`, `enter_cpu_fast`, `enter_task_slow`, `enter_cpu_slow`, `enter_temporary`. A large share
-    /// means threads are descheduled inside their guards (blocked in a system call, or preempted on a busy core):
-    /// a temporary costs two bitmap RMWs more than a borrow, so keep guards around the work on per-CID data.
+    /// Enters that took a temporary CID because every CID their core may own was in use. Every enter is exactly
+    /// one of `enter_task_fast`, `enter_cpu_fast`, `enter_cpu_extra`, `enter_task_slow`, `enter_cpu_slow`,
+    /// `enter_temporary`. A large share means more threads per core are descheduled inside their guards (blocked
+    /// in a system call, or preempted on a busy core) than the core may keep CIDs for: a temporary costs two bitmap
+    /// RMWs more than a borrow, so keep guards around the work on per-CID data.
     pub enter_temporary: u64,
     /// Enters that allocated a CID from the bitmap (also counted in one of the categories above).
     pub enter_alloc: u64,
@@ -82,8 +95,8 @@ pub struct Stats {
     /// of waiting (design.md §4.1.1); what the holder's drain takes counts in `fixup_takes`.
     pub exit_deferred: u64,
     /// Per-CPU and temporary guards that were passed to [`std::mem::forget`], found and given back at their
-    /// registration's next enter or drop (design.md §4.6). (A forgotten per-task guard needs nothing given back
-    /// and is not counted.)
+    /// registration's next enter or drop (design.md §4.6); for a guard of [`Group::enter`](crate::Group::enter),
+    /// when its thread exits (§9.1.1). (A forgotten per-task guard needs nothing given back and is not counted.)
     pub guards_forgotten: u64,
     /// Bits set in the CID bitmap.
     pub bitmap_sets: u64,
@@ -99,8 +112,35 @@ pub struct Stats {
     pub fixup_visits: u64,
     /// CIDs taken away by fixup walks (and by drains of deferred claims, design.md §4.1.1).
     pub fixup_takes: u64,
+    /// `membarrier` calls that failed even after retrying transient errors (a kernel short of memory, a seccomp
+    /// filter): the switch, claim or drain that needed each went on without taking what the barrier would have
+    /// let it take, which costs compactness, never exclusivity (design.md §12, the crate docs' "Platform and
+    /// process events").
+    pub membarrier_failures: u64,
     /// CIDs marked in use now.
     pub cids_in_use: u64,
+}
+
+/// One line: `enters: task T, cpu C, temporary M (slow S, converged V); counter sequences Q; switches: to per-CPU
+/// A, to per-task B; CIDs in use N`, where `task` and `cpu` count both the fast and the slow path of their mode and
+/// `slow` counts the slow paths of both.
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "enters: task {}, cpu {}, temporary {} (slow {}, converged {}); counter sequences {}; switches: to \
+             per-CPU {}, to per-task {}; CIDs in use {}",
+            self.enter_task_fast.saturating_add(self.enter_task_slow),
+            self.enter_cpu_fast.saturating_add(self.enter_cpu_slow),
+            self.enter_temporary,
+            self.enter_task_slow.saturating_add(self.enter_cpu_slow),
+            self.enter_converge,
+            self.counter_sequences,
+            self.switches_to_per_cpu,
+            self.switches_to_per_task,
+            self.cids_in_use
+        )
+    }
 }
 
 #[cfg(not(loom))]
@@ -116,8 +156,16 @@ mod imp {
         /// Single-writer increment: a load and a store, no read-modify-write.
         #[inline(always)]
         pub(crate) fn bump(&self, ev: Ev) {
+            self.bumped(ev);
+        }
+
+        /// `bump`, returning the new count.
+        #[inline(always)]
+        pub(crate) fn bumped(&self, ev: Ev) -> u64 {
             let c = &self.0[ev as usize];
-            c.store(c.load(Relaxed) + 1, Relaxed);
+            let n = c.load(Relaxed) + 1;
+            c.store(n, Relaxed);
+            n
         }
 
         pub(crate) fn add_to(&self, out: &mut [u64; EVENTS]) {
@@ -146,6 +194,10 @@ mod imp {
     impl Counters {
         #[inline(always)]
         pub(crate) fn bump(&self, _ev: Ev) {}
+        #[inline(always)]
+        pub(crate) fn bumped(&self, _ev: Ev) -> u64 {
+            1
+        }
         pub(crate) fn add_to(&self, _out: &mut [u64; EVENTS]) {}
         pub(crate) fn absorb(&self, _other: &Counters) {}
     }
@@ -160,6 +212,7 @@ impl Stats {
             enter_cpu_fast: t[Ev::CpuFast as usize],
             enter_task_slow: t[Ev::TaskSlow as usize],
             enter_cpu_slow: t[Ev::CpuSlow as usize],
+            enter_cpu_extra: t[Ev::CpuExtra as usize],
             enter_converge: t[Ev::Converge as usize],
             enter_temporary: t[Ev::Temporary as usize],
             enter_alloc: t[Ev::Alloc as usize],
@@ -176,6 +229,7 @@ impl Stats {
             fixup_walks: t[Ev::FixupWalk as usize],
             fixup_visits: t[Ev::FixupVisit as usize],
             fixup_takes: t[Ev::FixupTake as usize],
+            membarrier_failures: t[Ev::BarrierFailed as usize],
             cids_in_use: cids_in_use as u64,
         }
     }
@@ -196,6 +250,7 @@ mod tests {
         let events = [
             Ev::TaskFast,
             Ev::CpuFast,
+            Ev::CpuExtra,
             Ev::Sequence,
             Ev::TaskSlow,
             Ev::CpuSlow,
@@ -214,6 +269,7 @@ mod tests {
             Ev::FixupWalk,
             Ev::FixupVisit,
             Ev::FixupTake,
+            Ev::BarrierFailed,
         ];
         assert_eq!(events.len(), EVENTS, "every event listed once");
         let c = Counters::default();
@@ -229,6 +285,7 @@ mod tests {
         let fields = [
             (s.enter_task_fast, n(Ev::TaskFast)),
             (s.enter_cpu_fast, n(Ev::CpuFast)),
+            (s.enter_cpu_extra, n(Ev::CpuExtra)),
             (s.counter_sequences, n(Ev::Sequence)),
             (s.enter_task_slow, n(Ev::TaskSlow)),
             (s.enter_cpu_slow, n(Ev::CpuSlow)),
@@ -247,11 +304,39 @@ mod tests {
             (s.fixup_walks, n(Ev::FixupWalk)),
             (s.fixup_visits, n(Ev::FixupVisit)),
             (s.fixup_takes, n(Ev::FixupTake)),
+            (s.membarrier_failures, n(Ev::BarrierFailed)),
         ];
         for (i, (got, want)) in fields.into_iter().enumerate() {
             assert_eq!(got, want, "field {i} of {s:?}");
         }
         assert_eq!(s.cids_in_use, 7);
+    }
+
+    /// `Display` sums each mode's fast and slow paths and shows every count it names from its own field: distinct
+    /// values everywhere, so a field shown twice or in the wrong place fails.
+    #[test]
+    fn display_is_one_line_of_the_counts_that_matter() {
+        let s = Stats {
+            enter_task_fast: 10,
+            enter_task_slow: 1,
+            enter_cpu_fast: 20,
+            enter_cpu_slow: 2,
+            enter_temporary: 3,
+            enter_converge: 4,
+            counter_sequences: 5,
+            switches_to_per_cpu: 6,
+            switches_to_per_task: 7,
+            cids_in_use: 8,
+            ..Stats::default()
+        };
+        assert_eq!(
+            s.to_string(),
+            "enters: task 11, cpu 22, temporary 3 (slow 3, converged 4); counter sequences 5; switches: to per-CPU \
+             6, to per-task 7; CIDs in use 8"
+        );
+        let max = Stats { enter_task_fast: u64::MAX, enter_task_slow: 1, ..Stats::default() };
+        assert!(max.to_string().starts_with(&format!("enters: task {}, ", u64::MAX)), "{max}");
+        assert!(!s.to_string().contains('\n'));
     }
 
     /// `absorb` folds a leaving registration's counts into the group's, adding, not replacing.

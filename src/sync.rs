@@ -1,9 +1,9 @@
-//! The model facade: the only module that chooses between std/parking_lot and loom primitives for the code loom
+//! The model facade: the only module that chooses between std and loom primitives for the code loom
 //! checks (code outside the models, such as the runtime and the thread-local layer, names std and parking_lot
 //! directly).
 //!
 //! Under `--cfg loom` every atomic, fence, `Arc`, `Mutex` and spin hint used by the allocator comes from loom, so
-//! the loom models in `loom-tests/` check the library's real code, not a copy (STYLE.md §2.1).
+//! the loom models in `loom-tests/` check the library's real code, not a copy.
 
 #[cfg(loom)]
 mod imp {
@@ -29,13 +29,50 @@ mod imp {
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
+
+        /// parking_lot's `try_lock`: `None` if another thread holds it.
+        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            match self.0.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
+        }
     }
 }
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use parking_lot::Mutex;
     pub(crate) use std::hint::spin_loop;
+    pub(crate) use std::sync::MutexGuard;
+
+    /// The lifecycle lock: std's mutex with parking_lot's infallible `lock()` (a panic under the lock leaves
+    /// nothing half-done that a later holder must not see, as with parking_lot, which does not poison). Not
+    /// parking_lot's, for fork (design.md §12.2): parking_lot queues waiters in a process-wide table, which a child
+    /// inherits with entries for threads that do not exist there, so an unlock in the child may hand the lock to
+    /// one of them (its fair unlock) or wake one instead of a live waiter; std's waiters sleep in the kernel on
+    /// the lock's own word, and the child inherits none.
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(std::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// parking_lot's `try_lock`: `None` if another thread holds it.
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            match self.0.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
+        }
+    }
     pub(crate) use std::sync::atomic::{compiler_fence, fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::Arc;
 }

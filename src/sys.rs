@@ -5,6 +5,7 @@
 
 #[cfg(not(loom))]
 mod imp {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     use std::sync::OnceLock;
 
     /// The CPU the calling thread runs on now; 0 if unknown. Reads the kernel's rseq `cpu_id` straight from the
@@ -72,16 +73,75 @@ mod imp {
             cfg!(target_arch = "x86_64") && CPU_ID_AT.load(Relaxed) != NONE && RSEQ_CS_COVERED.load(Relaxed)
         }
 
-        /// One restartable sequence on the calling thread's rseq area (design.md §4.1.1): if the thread runs on
-        /// `$cpu`, `*$mode & ONCPU != 0` and `*$slot == $expect`, run the commit instructions (ending with the
-        /// one store that commits) and yield true; else, or if the kernel aborts the sequence (the thread was
-        /// preempted, migrated or signalled before the commit), yield false. `$area` is `__rseq_offset`; extra
-        /// operands for the commit instructions follow.
+        /// `__rseq_offset`: where every thread's `struct rseq` lies from its thread pointer. Meaningful only once
+        /// `critical_sections()` holds; groups keep it next to their mode word, so that their hot paths find the
+        /// area without loading this crate's statics.
+        pub(crate) fn area() -> isize {
+            CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID)
+        }
+
+        /// `cpu_id()` for a group built where `critical_sections()` held, with `area` from `area()`: one load.
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        pub(crate) fn cpu_id_in(area: isize) -> Option<usize> {
+            let cpu: u32;
+            // SAFETY: as in `cpu_id`: `area` is `__rseq_offset`, so fs:[area + 4] is the calling thread's `cpu_id`
+            // inside its TCB (alive as long as the thread). A plain load: the kernel writes the field only while
+            // the thread is not running user code, and the asm is volatile (never merged with another load).
+            unsafe {
+                std::arch::asm!(
+                    "mov {cpu:e}, dword ptr fs:[{area} + 4]",
+                    area = in(reg) area,
+                    cpu = lateout(reg) cpu,
+                    options(nostack, readonly, preserves_flags),
+                )
+            };
+            // Negative: this thread's area is not registered (see the module docs).
+            usize::try_from(cpu as i32).ok()
+        }
+
+        /// Not reached: `critical_sections()` is false on this target.
+        #[cfg(not(target_arch = "x86_64"))]
+        #[inline(always)]
+        pub(crate) fn cpu_id_in(_area: isize) -> Option<usize> {
+            cpu_id()
+        }
+
+        /// One restartable sequence on the calling thread's rseq area (design.md §4.1.1): the check
+        /// instructions (each jumping to `7f` on a mismatch), then the commit instructions ending with the one
+        /// store that commits; yields true if the commit ran, false on a mismatch or if the kernel aborted the
+        /// sequence (the thread was preempted, migrated or signalled before the commit). `$area` is
+        /// `__rseq_offset`; the operands the instructions name follow (`tmp` is a free scratch register).
+        ///
+        /// The `on_cpu` form checks that the thread runs on `$cpu`, `*$mode & ONCPU != 0` and
+        /// `*$slot == $expect`.
         #[cfg(target_arch = "x86_64")]
         macro_rules! sequence {
             (
-                $area:expr, $cpu:expr, $mode:expr, $slot:expr, $expect:expr,
+                on_cpu $area:expr, $cpu:expr, $mode:expr, $slot:expr, $expect:expr,
                 [$($commit:literal),+], $($operands:tt)*
+            ) => {
+                sequence!(
+                    $area,
+                    [
+                        "cmp dword ptr fs:[{area} + 4], {cpu:e}",
+                        "jne 7f",
+                        "test dword ptr [{mode}], {oncpu}",
+                        "jz 7f",
+                        "cmp dword ptr [{slot}], {expect:e}",
+                        "jne 7f"
+                    ],
+                    [$($commit),+],
+                    cpu = in(reg) $cpu,
+                    mode = in(reg) $mode,
+                    slot = in(reg) $slot,
+                    expect = in(reg) $expect,
+                    oncpu = const crate::state::ONCPU,
+                    $($operands)*
+                )
+            };
+            (
+                $area:expr, [$($check:literal),+], [$($commit:literal),+], $($operands:tt)*
             ) => {{
                 let ok: u32;
                 std::arch::asm!(
@@ -94,12 +154,7 @@ mod imp {
                     "lea {tmp}, [rip + 3b]",
                     "mov qword ptr fs:[{area} + 8], {tmp}",
                     "4:",
-                    "cmp dword ptr fs:[{area} + 4], {cpu:e}",
-                    "jne 7f",
-                    "test dword ptr [{mode}], {oncpu}",
-                    "jz 7f",
-                    "cmp dword ptr [{slot}], {expect:e}",
-                    "jne 7f",
+                    $($check,)+
                     $($commit,)+
                     "5:",
                     "mov {ok:e}, 1",
@@ -117,11 +172,6 @@ mod imp {
                     // not outlive this code (a dlopen'ed library that is unloaded).
                     "mov qword ptr fs:[{area} + 8], 0",
                     area = in(reg) $area,
-                    cpu = in(reg) $cpu,
-                    mode = in(reg) $mode,
-                    slot = in(reg) $slot,
-                    expect = in(reg) $expect,
-                    oncpu = const crate::state::ONCPU,
                     tmp = out(reg) _, // not lateout: written before the inputs are done with
                     ok = out(reg) ok, // not lateout: `area` is still read after `ok` is written
                     $($operands)*
@@ -139,11 +189,16 @@ mod imp {
         /// -1 or -2 as its CPU and always gets false.
         #[cfg(target_arch = "x86_64")]
         #[inline(always)]
-        pub(crate) fn store_if(cpu: u32, mode: &AtomicU32, slot: &AtomicU32, expect: u32, new: u32) -> bool {
-            // __rseq_offset: where the thread's struct rseq lies.
-            let area = CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID);
-            // SAFETY: `area` is `__rseq_offset` (`critical_sections()` held at group build, and the offset never
-            // changes), so fs:[area] is this thread's `struct rseq`, inside its TCB: u32 cpu_id at +4, which the
+        pub(crate) fn store_if(
+            area: isize,
+            cpu: u32,
+            mode: &AtomicU32,
+            slot: &AtomicU32,
+            expect: u32,
+            new: u32,
+        ) -> bool {
+            // SAFETY: `area` is `__rseq_offset` (the group took it from `area()` when `critical_sections()` held at
+            // its build, and the offset never changes), so fs:[area] is this thread's `struct rseq`, inside its TCB: u32 cpu_id at +4, which the
             // kernel writes and we only read, and u64 rseq_cs at +8, which the rseq ABI has user space write (the
             // kernel reads it, and may clear it), covered by `__rseq_size` (`probe`). A thread whose area is not
             // registered still owns that TCB memory, and its cpu_id (-1 or -2) fails the compare. The descriptor is a
@@ -156,7 +211,7 @@ mod imp {
             // compiler moves no access across it, and on x86 (TSO) its loads act as Acquire and its store as
             // Release, which is what a borrow needs (design.md §4.1.1, table §7).
             unsafe {
-                sequence!(area, cpu, mode.as_ptr(), slot.as_ptr(), expect, ["mov dword ptr [{slot}], {new:e}"],
+                sequence!(on_cpu area, cpu, mode.as_ptr(), slot.as_ptr(), expect, ["mov dword ptr [{slot}], {new:e}"],
                     new = in(reg) new,)
             }
         }
@@ -167,6 +222,7 @@ mod imp {
         #[cfg(target_arch = "x86_64")]
         #[inline(always)]
         pub(crate) fn add_if(
+            area: isize,
             cpu: u32,
             mode: &AtomicU32,
             slot: &AtomicU32,
@@ -174,27 +230,66 @@ mod imp {
             cell: &AtomicU64,
             n: u64,
         ) -> bool {
-            let area = CPU_ID_AT.load(Relaxed).wrapping_sub(CPU_ID);
             // SAFETY: as in `store_if`; `cell` is a live aligned 8-byte atomic, loaded and then stored with plain
             // x86 moves (each atomic), and that store is the only one between 4 and 5 and the commit.
             unsafe {
-                sequence!(area, cpu, mode.as_ptr(), slot.as_ptr(), expect,
+                sequence!(on_cpu area, cpu, mode.as_ptr(), slot.as_ptr(), expect,
                     ["mov {tmp}, qword ptr [{cell}]", "add {tmp}, {n}", "mov qword ptr [{cell}], {tmp}"],
                     cell = in(reg) cell.as_ptr(), n = in(reg) n,)
+            }
+        }
+
+        /// `*cell += n` (wrapping) if and only if, in one restartable sequence, `*mode == PER_TASK` and
+        /// `*word == expect`: `ShardedCounter`'s per-task update (design.md §9.3), on the CID `expect` that the
+        /// calling thread's registration owns in its `word`. No CPU check: the kernel aborts the sequence on any
+        /// preemption, migration or signal before the commit, wherever the thread runs.
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        pub(crate) fn add_if_owned(
+            area: isize,
+            mode: &AtomicU32,
+            word: &AtomicU32,
+            expect: u32,
+            cell: &AtomicU64,
+            n: u64,
+        ) -> bool {
+            // SAFETY: as in `store_if` (the area, the descriptor, the abort signature, no stack); `mode` and `word`
+            // are live atomics of the caller's group and registration, only loaded; `cell` is a live aligned 8-byte
+            // atomic, loaded and then stored with plain x86 moves (each atomic), and that store is the only one
+            // between 4 and 5 and commits the sequence. Both exits disarm `rseq_cs`.
+            unsafe {
+                sequence!(
+                    area,
+                    ["cmp dword ptr [{mode}], {per_task}", "jne 7f", "cmp dword ptr [{word}], {expect:e}", "jne 7f"],
+                    ["mov {tmp}, qword ptr [{cell}]", "add {tmp}, {n}", "mov qword ptr [{cell}], {tmp}"],
+                    mode = in(reg) mode.as_ptr(),
+                    per_task = const crate::state::PER_TASK,
+                    word = in(reg) word.as_ptr(),
+                    expect = in(reg) expect,
+                    cell = in(reg) cell.as_ptr(),
+                    n = in(reg) n,
+                )
             }
         }
 
         /// Not reached: `critical_sections()` is false on this target.
         #[cfg(not(target_arch = "x86_64"))]
         #[inline(always)]
-        pub(crate) fn store_if(_cpu: u32, _mode: &AtomicU32, _slot: &AtomicU32, _expect: u32, _new: u32) -> bool {
+        pub(crate) fn add_if_owned(_: isize, _: &AtomicU32, _: &AtomicU32, _: u32, _: &AtomicU64, _: u64) -> bool {
             false
         }
 
         /// Not reached: `critical_sections()` is false on this target.
         #[cfg(not(target_arch = "x86_64"))]
         #[inline(always)]
-        pub(crate) fn add_if(_: u32, _: &AtomicU32, _: &AtomicU32, _: u32, _: &AtomicU64, _: u64) -> bool {
+        pub(crate) fn store_if(_: isize, _: u32, _: &AtomicU32, _: &AtomicU32, _: u32, _: u32) -> bool {
+            false
+        }
+
+        /// Not reached: `critical_sections()` is false on this target.
+        #[cfg(not(target_arch = "x86_64"))]
+        #[inline(always)]
+        pub(crate) fn add_if(_: isize, _: u32, _: &AtomicU32, _: &AtomicU32, _: u32, _: &AtomicU64, _: u64) -> bool {
             false
         }
 
@@ -256,8 +351,16 @@ mod imp {
         pub(crate) fn critical_sections() -> bool {
             false
         }
+        pub(crate) fn area() -> isize {
+            0
+        }
+        #[inline(always)]
+        pub(crate) fn cpu_id_in(_area: isize) -> Option<usize> {
+            None
+        }
         #[inline(always)]
         pub(crate) fn store_if(
+            _area: isize,
             _cpu: u32,
             _mode: &std::sync::atomic::AtomicU32,
             _slot: &std::sync::atomic::AtomicU32,
@@ -267,7 +370,19 @@ mod imp {
             false
         }
         #[inline(always)]
+        pub(crate) fn add_if_owned(
+            _: isize,
+            _: &std::sync::atomic::AtomicU32,
+            _: &std::sync::atomic::AtomicU32,
+            _: u32,
+            _: &std::sync::atomic::AtomicU64,
+            _: u64,
+        ) -> bool {
+            false
+        }
+        #[inline(always)]
         pub(crate) fn add_if(
+            _: isize,
             _: u32,
             _: &std::sync::atomic::AtomicU32,
             _: &std::sync::atomic::AtomicU32,
@@ -293,19 +408,93 @@ mod imp {
         }
     }
 
-    /// Number of possible CPUs (the kernel's `num_possible_cpus()`, our `cores`).
+    /// Number of possible CPUs, our `cores`: a bound on every CPU number the kernel can report (its `nr_cpu_ids`,
+    /// one more than the highest possible CPU, gaps included), so that every CPU has its own slot (design.md
+    /// §12.3). Read once per process.
     pub(crate) fn possible_cpus() -> usize {
         static POSSIBLE: OnceLock<usize> = OnceLock::new();
         *POSSIBLE.get_or_init(|| {
-            let from_sys = std::fs::read_to_string("/sys/devices/system/cpu/possible")
-                .ok()
-                .and_then(|s| parse_cpu_list(s.trim()))
-                .and_then(|cpus| cpus.into_iter().max())
-                .map(|max| max + 1);
+            let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/possible").ok();
+            let (kernel, allowed) = kernel_cpu_bound().map_or((None, None), |(k, a)| (Some(k), Some(a)));
             // SAFETY: sysconf has no preconditions.
             let conf = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-            from_sys.unwrap_or(if conf > 0 { conf as usize } else { 1 }).max(1)
+            possible_from(sysfs.as_deref(), kernel, allowed, usize::try_from(conf).unwrap_or(1))
         })
+    }
+
+    /// `possible_cpus` from its sources, a pure function for the tests (design.md §12.3):
+    ///
+    /// * `sysfs`: `/sys/devices/system/cpu/possible` (e.g. `0-3,8-11`), exactly `nr_cpu_ids` where it is the
+    ///   kernel's own file; absent where sysfs is not mounted, and possibly not the kernel's in a container;
+    /// * `kernel`: `kernel_cpu_bound`'s `nr_cpu_ids` rounded up to 64, asked of the kernel itself;
+    /// * `allowed`: one more than the highest CPU the calling thread may run on, which any answer must cover;
+    /// * `conf`: `sysconf(_SC_NPROCESSORS_CONF)`, the last resort (glibc falls back to the online count).
+    ///
+    /// The sysfs list is used where it agrees with the kernel's bound (same multiple of 64) and covers `allowed`:
+    /// then it is exact, and `cores` stays what the machine has. Otherwise the kernel's bound (a few more slots
+    /// than CPUs, never fewer). Without either, the larger of `conf` and `allowed`. At most `MAX_CPUS`.
+    pub(crate) fn possible_from(
+        sysfs: Option<&str>,
+        kernel: Option<usize>,
+        allowed: Option<usize>,
+        conf: usize,
+    ) -> usize {
+        let listed =
+            sysfs.and_then(|s| parse_cpu_list(s.trim())).and_then(|cpus| cpus.into_iter().max()).map(|m| m + 1);
+        let floor = allowed.unwrap_or(1).max(1);
+        let cores = match (listed, kernel) {
+            (Some(n), Some(k)) if n <= k && n + 64 > k && n >= floor => n,
+            (_, Some(k)) => k.max(floor),
+            (Some(n), None) => n.max(floor),
+            (None, None) => conf.max(floor),
+        };
+        cores.min(crate::group::MAX_CPUS)
+    }
+
+    /// `sched_getaffinity` of thread `tid` (0: the caller) into a mask of `words` 64-bit words: the mask, or the
+    /// errno (EINVAL: the mask is shorter than the kernel's `nr_cpu_ids` bits). The raw system call, not glibc's
+    /// wrapper with its fixed 1024-bit `cpu_set_t`.
+    pub(crate) fn affinity_words(tid: libc::pid_t, words: usize) -> Result<Vec<u64>, i32> {
+        let mut mask = vec![0u64; words];
+        // SAFETY: the kernel writes at most `words * 8` bytes to `mask`, which lives across the call.
+        let rc = unsafe { libc::syscall(libc::SYS_sched_getaffinity, tid, words * 8, mask.as_mut_ptr()) };
+        if rc < 0 {
+            Err(errno())
+        } else {
+            Ok(mask)
+        }
+    }
+
+    /// The CPUs set in `mask`.
+    fn cpus_in(mask: &[u64]) -> Vec<usize> {
+        (0..mask.len() * 64).filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0).collect()
+    }
+
+    /// The kernel's `nr_cpu_ids` rounded up to 64, and one more than the highest CPU the calling thread may run
+    /// on: `sched_getaffinity` refuses (EINVAL) a mask shorter than `nr_cpu_ids` bits and wants whole 8-byte
+    /// words, so the shortest mask it accepts has `nr_cpu_ids` rounded up to 64 bits. Found by doubling, then
+    /// halving the interval (a dozen calls at most, once per process). `None` if the call fails otherwise (a
+    /// seccomp filter) or no mask up to `MAX_CPUS` bits is accepted.
+    pub(crate) fn kernel_cpu_bound() -> Option<(usize, usize)> {
+        let most = crate::group::MAX_CPUS / 64;
+        let (mut refused, mut accepted) = (0, 1);
+        let mut mask = loop {
+            match affinity_words(0, accepted) {
+                Ok(mask) => break mask,
+                Err(libc::EINVAL) if accepted < most => (refused, accepted) = (accepted, accepted * 2),
+                Err(_) => return None,
+            }
+        };
+        while accepted - refused > 1 {
+            let mid = (refused + accepted) / 2;
+            match affinity_words(0, mid) {
+                Ok(m) => (accepted, mask) = (mid, m),
+                Err(libc::EINVAL) => refused = mid,
+                Err(_) => return None,
+            }
+        }
+        let allowed = cpus_in(&mask).last().map_or(0, |&c| c + 1);
+        Some((accepted * 64, allowed))
     }
 
     /// The calling thread's affinity mask as a list of CPUs.
@@ -320,30 +509,29 @@ mod imp {
         affinity_of(unsafe { libc::getpid() })
     }
 
+    /// Thread `tid`'s affinity, in a mask as long as the possible CPUs (at least 1024 bits, doubled while the
+    /// kernel says it is too short), so machines with more than glibc's 1024-CPU `cpu_set_t` work too.
     fn affinity_of(tid: libc::pid_t) -> Result<Vec<usize>, i32> {
-        // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: the pointer and size describe `set`, which lives across the call.
-        let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-        if rc != 0 {
-            return Err(errno());
+        let mut words = possible_cpus().div_ceil(64).max(16);
+        loop {
+            match affinity_words(tid, words) {
+                Ok(mask) => return Ok(cpus_in(&mask)),
+                Err(libc::EINVAL) if words < crate::group::MAX_CPUS / 64 => words *= 2,
+                Err(e) => return Err(e),
+            }
         }
-        let max = (std::mem::size_of::<libc::cpu_set_t>() * 8).min(possible_cpus().max(1024));
-        // SAFETY: CPU_ISSET only reads `set`; every index is below the set's bit size.
-        Ok((0..max).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
     }
 
-    /// Pins the calling thread to one CPU.
+    /// Pins the calling thread to one CPU (EINVAL for a CPU the kernel does not have).
     pub(crate) fn pin_current(cpu: usize) -> Result<(), i32> {
-        if cpu >= std::mem::size_of::<libc::cpu_set_t>() * 8 {
+        if cpu >= crate::group::MAX_CPUS {
             return Err(libc::EINVAL);
         }
-        // SAFETY: cpu_set_t is plain old data; all-zero is a valid empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `cpu` is below the set's bit size (checked above).
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-        // SAFETY: the pointer and size describe `set`.
-        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        let mut mask = vec![0u64; cpu / 64 + 1];
+        mask[cpu / 64] |= 1 << (cpu % 64);
+        // SAFETY: the kernel reads at most `mask.len() * 8` bytes from `mask`, which lives across the call (bits
+        // beyond its own mask size are ignored, so a CPU it does not have leaves an empty mask: EINVAL).
+        let rc = unsafe { libc::syscall(libc::SYS_sched_setaffinity, 0, mask.len() * 8, mask.as_ptr()) };
         if rc != 0 {
             Err(errno())
         } else {
@@ -372,43 +560,93 @@ mod imp {
         unsafe { libc::syscall(libc::SYS_membarrier, register, 0, 0) == 0 }
     }
 
-    /// Issues membarrier command `cmd`, for which the process is registered.
-    fn membarrier_issue(cmd: libc::c_long) {
+    /// Issues membarrier command `cmd` once: `Err(errno)` if the kernel refused it. That happens after a
+    /// successful registration too (design.md §12): the private expedited commands return ENOMEM when the kernel
+    /// cannot allocate its CPU mask (`CONFIG_CPUMASK_OFFSTACK`) before sending anything, and a seccomp filter
+    /// installed later makes every call fail with whatever it says.
+    fn membarrier_issue(cmd: libc::c_long) -> Result<(), i32> {
         // SAFETY: the PRIVATE_EXPEDITED commands take no pointers; the caller registered the process.
-        if unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) } != 0 {
-            // Cannot happen after a successful registration; going on without the barrier could break
-            // exclusivity, so refuse to continue.
-            std::process::abort();
+        if unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) } == 0 {
+            Ok(())
+        } else {
+            Err(errno())
         }
     }
 
+    /// Runs `issue` (one membarrier) until it succeeds, fails with an error that is not transient, or failed
+    /// `BARRIER_TRIES` times; between tries it sleeps 100, 200, 400 µs, time for the kernel to reclaim memory
+    /// (design.md §12). Transient: ENOMEM (the kernel's CPU mask allocation), EAGAIN and EINTR (which membarrier
+    /// does not return today). The caller holds the lifecycle lock or the claim lock meanwhile, which nobody
+    /// waits for on enter or exit.
+    pub(crate) fn membarrier_retrying(mut issue: impl FnMut() -> Result<(), i32>) -> Result<(), i32> {
+        let mut tries = 0;
+        loop {
+            match issue() {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tries += 1;
+                    if !matches!(e, libc::ENOMEM | libc::EAGAIN | libc::EINTR) || tries == BARRIER_TRIES {
+                        return Err(e);
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50 << tries));
+                }
+            }
+        }
+    }
+
+    /// How many times a membarrier that keeps failing with a transient error is issued in all.
+    pub(crate) const BARRIER_TRIES: u32 = 4;
+
     /// Whether `membarrier(PRIVATE_EXPEDITED)` is usable in this process; registers it on first call.
     pub(crate) fn membarrier_available() -> bool {
-        static AVAILABLE: OnceLock<bool> = OnceLock::new();
-        *AVAILABLE.get_or_init(|| {
+        MEMBARRIER_ASKED.store(true, Relaxed);
+        *MEMBARRIER.get_or_init(|| {
             membarrier_register(MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
         })
     }
 
-    /// A full memory barrier on every CPU running a thread of this process. Only called after
-    /// `membarrier_available()` returned true.
-    pub(crate) fn membarrier() {
-        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    static MEMBARRIER: OnceLock<bool> = OnceLock::new();
+    static MEMBARRIER_RSEQ: OnceLock<bool> = OnceLock::new();
+    /// Whether a group build has asked for `MEMBARRIER` (`MEMBARRIER_RSEQ`), so that the registration may be in
+    /// progress. Relaxed: `finish_probes` only needs to see the flag of a build that started before its fork's
+    /// prepare handler ran, and both run `get_or_init`, which does the rest.
+    static MEMBARRIER_ASKED: AtomicBool = AtomicBool::new(false);
+    static MEMBARRIER_RSEQ_ASKED: AtomicBool = AtomicBool::new(false);
+
+    /// For fork's prepare handler (design.md §12.2): completes the process-wide probes that a group build runs
+    /// once per process (possible CPUs, the rseq area, and the membarrier registrations some build asked for),
+    /// waiting for another thread's, so a child never inherits one half done (a `OnceLock` whose initialiser
+    /// does not exist in the child would block its first build for ever).
+    pub(crate) fn finish_probes() {
+        possible_cpus();
+        rseq::probe();
+        if MEMBARRIER_ASKED.load(Relaxed) {
+            membarrier_available();
+        }
+        if MEMBARRIER_RSEQ_ASKED.load(Relaxed) {
+            membarrier_rseq_available();
+        }
+    }
+
+    /// A full memory barrier on every CPU running a thread of this process, or the error that stopped it (then
+    /// no CPU was sent anything we may rely on). Only called after `membarrier_available()` returned true.
+    pub(crate) fn membarrier() -> Result<(), i32> {
+        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED)
     }
 
     /// Whether `membarrier(PRIVATE_EXPEDITED_RSEQ)` is usable in this process; registers it on first call.
     pub(crate) fn membarrier_rseq_available() -> bool {
-        static AVAILABLE: OnceLock<bool> = OnceLock::new();
-        *AVAILABLE.get_or_init(|| {
+        MEMBARRIER_RSEQ_ASKED.store(true, Relaxed);
+        *MEMBARRIER_RSEQ.get_or_init(|| {
             membarrier_register(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)
         })
     }
 
     /// A full memory barrier on every CPU running a thread of this process, which also aborts the restartable
-    /// sequence each of them may be in (the kernel's `ipi_rseq`: `smp_mb(); rseq_preempt()`). Only called after
-    /// `membarrier_rseq_available()` returned true.
-    pub(crate) fn membarrier_rseq() {
-        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ);
+    /// sequence each of them may be in (the kernel's `ipi_rseq`: `smp_mb(); rseq_preempt()`), or the error that
+    /// stopped it. Only called after `membarrier_rseq_available()` returned true.
+    pub(crate) fn membarrier_rseq() -> Result<(), i32> {
+        membarrier_issue(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)
     }
 
     /// Parses a kernel CPU list such as `0-3,8,10-11`.
@@ -451,17 +689,103 @@ mod imp {
     pub(crate) fn membarrier_available() -> bool {
         false
     }
-    pub(crate) fn membarrier() {}
     pub(crate) mod rseq {
         pub(crate) fn probe() {}
+        pub(crate) fn area() -> isize {
+            0
+        }
+        pub(crate) fn cpu_id_in(_area: isize) -> Option<usize> {
+            None
+        }
     }
 }
 
 pub(crate) use imp::*;
 
+/// Test-only failure injection for a group's membarrier calls (design.md §12): the next calls fail with a chosen
+/// errno before they reach the kernel, as a kernel short of memory or a seccomp filter would make them fail. Per
+/// group, so tests running at once in one process do not see each other's failures.
+#[cfg(all(test, not(loom)))]
+#[derive(Debug, Default)]
+pub(crate) struct FailBarriers {
+    errno: std::sync::atomic::AtomicI32,
+    /// Calls left to fail (`u32::MAX`: every call from now on).
+    left: std::sync::atomic::AtomicU32,
+    /// Calls failed so far.
+    pub(crate) failed: std::sync::atomic::AtomicU32,
+}
+
+#[cfg(all(test, not(loom)))]
+impl FailBarriers {
+    /// The next `calls` membarrier calls (`u32::MAX`: all of them) fail with `errno`.
+    pub(crate) fn set(&self, errno: i32, calls: u32) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.errno.store(errno, SeqCst);
+        self.left.store(calls, SeqCst);
+    }
+
+    /// Whether this call fails, and with which errno.
+    pub(crate) fn next(&self) -> Option<i32> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let take = |left: u32| match left {
+            0 => None,
+            u32::MAX => Some(u32::MAX),
+            n => Some(n - 1),
+        };
+        self.left.fetch_update(SeqCst, SeqCst, take).ok()?;
+        self.failed.fetch_add(1, SeqCst);
+        Some(self.errno.load(SeqCst))
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 pub(crate) mod tests {
     use super::*;
+
+    /// `possible_cpus` covers every CPU number the kernel can report wherever sysfs is missing or not the
+    /// kernel's (design.md §12.3). The sysfs list with `sysconf`'s count as the fallback would give 8 for the third
+    /// row, a machine whose CPUs 8-11 exist (sysfs not mounted, glibc counting the online CPUs), and 2 for the
+    /// fourth and fifth, folding CPUs onto slots where restartable sequences never commit (checked by hand).
+    #[test]
+    fn possible_cpus_cover_every_cpu_the_kernel_can_report() {
+        let max = crate::group::MAX_CPUS;
+        for (sysfs, kernel, allowed, conf, want) in [
+            (Some("0-1\n"), Some(64), Some(2), 2, 2),      // the kernel's file: exact
+            (Some("0-3,8-11"), Some(64), Some(12), 8, 12), // gaps: the highest CPU counts, not how many
+            (None, Some(64), Some(12), 8, 64),             // no sysfs: the kernel's bound, not the count
+            (Some("0-1"), Some(128), Some(2), 2, 128),     // a container's file from another machine
+            (Some("0-1"), Some(64), Some(6), 2, 64),       // a file that misses our own CPUs
+            (Some("0-255"), Some(256), Some(4), 8, 256),   // exact, a multiple of 64
+            (Some("0-7"), None, Some(3), 4, 8),            // no kernel bound (filtered): sysfs
+            (None, None, Some(6), 4, 6),                   // nothing: the count, but never below our CPUs
+            (None, None, None, 0, 1),                      // nothing at all
+            (Some("x"), Some(64), Some(2), 2, 64),         // an unreadable list
+            (None, Some(1 << 20), Some(2), 2, max),        // capped at MAX_CPUS
+        ] {
+            assert_eq!(possible_from(sysfs, kernel, allowed, conf), want, "{sysfs:?} {kernel:?} {allowed:?} {conf}");
+        }
+    }
+
+    /// The kernel's bound as this machine reports it: a multiple of 64 that the sysfs list (where there is one)
+    /// rounds up to, covering every CPU this thread may run on, and exactly the shortest mask the kernel accepts.
+    #[test]
+    fn the_kernel_cpu_bound_is_nr_cpu_ids_rounded_up() {
+        let (bound, allowed) = kernel_cpu_bound().expect("sched_getaffinity answers");
+        assert_eq!(bound % 64, 0);
+        assert!(allowed >= 1 && allowed <= bound, "{allowed} {bound}");
+        assert_eq!(allowed, affinity().unwrap().last().unwrap() + 1);
+        if bound > 64 {
+            assert_eq!(affinity_words(0, bound / 64 - 1), Err(libc::EINVAL), "a shorter mask is refused");
+        }
+        if let Some(n) = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+            .ok()
+            .and_then(|s| parse_cpu_list(s.trim()))
+            .and_then(|c| c.into_iter().max())
+        {
+            assert!(n < bound && n + 1 + 64 > bound, "sysfs says {} CPUs, the kernel {bound}", n + 1);
+            assert_eq!(possible_cpus(), n + 1, "this machine's sysfs list is the kernel's: exact");
+        }
+    }
 
     #[test]
     fn cpu_list_parsing() {
@@ -590,18 +914,18 @@ pub(crate) mod tests {
         let slots: Vec<AtomicU32> = (0..cpus).map(|_| AtomicU32::new(idle)).collect();
         let (holds, total) = per_cpu_exclusion(rounds, |cpu| {
             let slot = &slots[cpu];
-            (slot.load(Relaxed) == idle && rseq::store_if(cpu as u32, &mode, slot, idle, idle | BUSY))
+            (slot.load(Relaxed) == idle && rseq::store_if(rseq::area(), cpu as u32, &mode, slot, idle, idle | BUSY))
                 .then_some(move || slot.store(idle, Release))
         });
         assert_eq!(total, holds, "two threads held one CPU's slot at once");
         // The mode check inside the sequence: without ONCPU nothing commits.
         mode.store(0, Relaxed);
         let cpu = rseq::cpu_id().unwrap();
-        assert!(!rseq::store_if(cpu as u32, &mode, &slots[cpu], idle, idle | BUSY));
+        assert!(!rseq::store_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, idle | BUSY));
         // A CPU number we cannot be running on never commits (`cpus` is no CPU, and unlike u32::MAX it is not
         // what an unregistered area reads either).
         mode.store(ONCPU, Relaxed);
-        assert!(!rseq::store_if(cpus as u32, &mode, &slots[cpu], idle, idle | BUSY));
+        assert!(!rseq::store_if(rseq::area(), cpus as u32, &mode, &slots[cpu], idle, idle | BUSY));
         assert!(slots.iter().all(|s| s.load(Relaxed) == idle), "a failed sequence stored");
     }
 
@@ -632,7 +956,8 @@ pub(crate) mod tests {
                         let mut mine = 0;
                         for _ in 0..rounds {
                             let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
-                            mine += rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1) as u64;
+                            mine +=
+                                rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1) as u64;
                         }
                         mine
                     })
@@ -656,12 +981,12 @@ pub(crate) mod tests {
             s.spawn(|| {
                 let cpu = affinity().unwrap()[0];
                 pin_current(cpu).unwrap();
-                assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle + 1, &cells[cpu], 1));
+                assert!(!rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle + 1, &cells[cpu], 1));
                 mode.store(0, Relaxed);
-                assert!(!rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+                assert!(!rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
                 assert_eq!(cells.iter().map(|c| c.load(Relaxed)).sum::<u64>(), total);
                 mode.store(ONCPU, Relaxed);
-                assert!(rseq::add_if(cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+                assert!(rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
             });
         });
     }
@@ -672,7 +997,7 @@ pub(crate) mod tests {
     /// thread must survive (an abort that jumped to a wrong address, or a bad signature, would kill it). A plain
     /// load and store in place of the sequence, made by hand when this was written, lost 166–2475 of the
     /// handlers' increments in three runs out of three; with the worker stopping after 100 handled signals it
-    /// lost only 1–11 and escaped in one run in twenty (test review, session 6), so the worker now goes on until
+    /// lost only 1–11 and escaped in one run in twenty, so the worker now goes on until
     /// 2000 signals were handled. The sender sends the next signal only once the last one was handled (signals
     /// pending at once coalesce into one, so sending blindly made the count depend on how often the worker ran);
     /// 30 s for one signal is only a deadlock detector.
@@ -689,7 +1014,7 @@ pub(crate) mod tests {
         extern "C" fn handler(_: libc::c_int) {
             // Async-signal-safe: a TLS load and the sequence, no allocation, no lock.
             if let Some(cpu) = rseq::cpu_id().filter(|&c| c < 1024) {
-                let ok = rseq::add_if(cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1);
+                let ok = rseq::add_if(rseq::area(), cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1);
                 IN_HANDLER.fetch_add(ok as u64, Relaxed);
             }
             HANDLED.fetch_add(1, Relaxed);
@@ -715,7 +1040,7 @@ pub(crate) mod tests {
             let (mut mine, mut done) = (0, 0);
             while done < rounds / 4 || !SENT_ALL.load(Acquire) {
                 let cpu = rseq::cpu_id().expect("glibc registers rseq for every thread it starts");
-                mine += rseq::add_if(cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1) as u64;
+                mine += rseq::add_if(rseq::area(), cpu as u32, &MODE, &SLOTS[cpu], ONCPU | 1, &CELLS[cpu], 1) as u64;
                 done += 1;
             }
             mine

@@ -153,13 +153,15 @@ fn spawn_places_round_robin_and_oversubscribes_beyond_capacity() {
 }
 
 /// Runs `threads_per_cpu` threads per core looping enter/exit, each CID checked by an independent occupancy
-/// counter; returns the group and the kinds of guards seen. In steady state (membership fixed, every thread entered
+/// counter, in a group whose cores own one CID each (`cids_per_core(1)`: the kernel's per-CPU design, so per-CPU
+/// mode lasts and a core lends one CID); returns the group and the kinds of guards seen. In steady state (membership fixed, every thread entered
 /// once since) every guard that is not a temporary carries a CID below `max_cids`, computed here from the thread
 /// and core counts (I2 soft): a registration's own CID, stable (I3), or its core's CID, the same for every guard of
 /// that core (I3 in per-CPU mode).
 fn exclusivity_run(threads_per_cpu: usize, expect: Mode) -> (Group, Vec<CidKind>) {
     const ROUNDS: usize = 1500;
-    let rt = Runtime::builder().threads_per_cpu(threads_per_cpu).build().unwrap();
+    let kernel_design = Group::builder().cids_per_core(1).build().unwrap();
+    let rt = Runtime::builder().threads_per_cpu(threads_per_cpu).group(kernel_design).build().unwrap();
     let group = rt.group().clone();
     let cores = rt.cpus().len(); // the runtime's cores, which the group may use (its default: the same mask)
     let users = cores * threads_per_cpu;
@@ -272,6 +274,45 @@ fn cids_are_exclusive_and_compact_per_task_one_thread_per_core() {
     let (group, kinds) = exclusivity_run(1, Mode::PerTask);
     assert!(kinds.iter().all(|k| *k == CidKind::Task), "per-task mode hands out registration CIDs");
     assert!(group.stats().enter_task_fast > 0);
+}
+
+/// The runtime's own group (CID sets, design.md §2.6): three threads per core that yield inside their guards, so the
+/// others on the core borrow its extra CIDs or the group switches to per-task ownership (§3.1). Whatever it does,
+/// CIDs stay exclusive (an independent occupancy checker), below I2's hard bound `users + K·cores`, core CIDs come
+/// from the thread's own core (runtime threads are pinned), and nothing stays marked once everyone left (I5).
+#[test]
+fn cids_are_exclusive_with_cid_sets_and_three_threads_per_core() {
+    const ROUNDS: usize = 1500;
+    let rt = Runtime::builder().threads_per_cpu(3).build().unwrap();
+    let group = rt.group().clone();
+    let users = rt.capacity();
+    let hard = users + group.cids_per_core() * group.cores();
+    let occupancy = Occupancy::new(hard);
+    rt.scope(|s| {
+        let handles = s.spawn_per_cpu(|ctx| {
+            let cpu = ctx.cpu();
+            for i in 0..ROUNDS {
+                let guard = ctx.enter();
+                let cid = guard.cid().get();
+                assert!(cid < hard, "CID {cid} beyond users + K·cores = {hard} (I2)");
+                occupancy.take(cid);
+                if let CidKind::Core(c) = guard.kind() {
+                    assert_eq!(c, cpu, "borrowed another core's CID");
+                }
+                if i % 4 == 0 {
+                    std::thread::yield_now(); // descheduled inside the guard
+                }
+                occupancy.give(cid);
+                drop(guard);
+            }
+        });
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    assert_eq!(group.users(), 0);
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 0, "I5: {audit:?}");
 }
 
 #[test]
@@ -523,7 +564,7 @@ fn current_agrees_with_the_guard() {
     .unwrap();
 }
 
-/// Guards dropped out of order (review, session 3): the view never shows a CID the thread no longer holds; after
+/// Guards dropped out of order (found in review): the view never shows a CID the thread no longer holds; after
 /// an out-of-order drop it shows only guards entered since, while each is the innermost, until the last drops.
 #[test]
 fn current_after_out_of_order_drops() {
@@ -687,7 +728,7 @@ fn a_runtime_dropped_by_its_own_thread_joins_the_others() {
     assert_eq!(group.users(), 0);
 }
 
-/// A runtime thread joining another while the runtime is dropped (review, session 3): the drop joined the
+/// A runtime thread joining another while the runtime is dropped (found in review): the drop joined the
 /// threads one after another and used to fill each result only after joining it, so B, joining C, waited for a
 /// result that only the blocked drop would fill. B joins C after the drop has started (the main thread's word, then
 /// a pause); whether the drop had already taken C out of the registry is then checked, not assumed: C's exit
@@ -741,8 +782,8 @@ fn drop_while_a_runtime_thread_joins_another() {
     panic!("in {ATTEMPTS} attempts B's join never ran while the drop held C");
 }
 
-/// A runtime thread joining its own handle gets a typed error instead of a hang or std's panic (review, session
-/// 3), and the runtime still joins it when dropped.
+/// A runtime thread joining its own handle gets a typed error instead of a hang or std's panic (found in review),
+/// and the runtime still joins it when dropped.
 #[test]
 fn joining_oneself_is_a_typed_error() {
     let (done_tx, done_rx) = mpsc::channel();

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Gate, Occupancy, Payload};
-use mmcid::{Group, ShardedCounter};
+use mmcid::{CidKind, Group, ShardedCounter};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -43,7 +43,7 @@ fn nested_enters_get_distinct_registrations_and_all_return() {
             let c = g.enter();
             let cids = [a.cid(), b.cid(), c.cid()];
             assert!(cids[0] != cids[1] && cids[1] != cids[2] && cids[0] != cids[2], "I1 on one thread: {cids:?}");
-            drop(b); // out of order: parks b, a and c go to the pool
+            drop(b); // out of order: to the pool (c's registration holds the slot); then c is parked, a pooled
         }
         assert_eq!(g.users(), 3, "the pool reuses the nested registrations");
         assert_eq!(g.leave_thread(), 3, "leave_thread drops the parked one and the pooled ones");
@@ -145,9 +145,9 @@ fn run_after_the_layer(layer_gone: impl Fn() -> bool + 'static, job: impl FnOnce
 /// another group's registration evicts it to the pool as well): `probe.users()` falls to 0 exactly when the pool is
 /// destroyed at thread exit.
 fn pool_a_probe(probe: &Group) {
-    let a = probe.enter(); // new registration P1
-    let b = probe.enter(); // nested: new registration P2
-    drop(b); // P2 parked in the empty slot
+    let a = probe.enter(); // new registration P1, in the slot
+    let b = probe.enter(); // nested: new registration P2 takes the slot (P1 stays with `a`)
+    drop(b); // P2 parked
     drop(a); // the slot holds P2 of the same group: P1 goes to the pool
 }
 
@@ -163,10 +163,12 @@ fn guard_that_outlives_the_thread_locals_still_releases() {
         pool_a_probe(&p);
         drop(g.enter()); // G1 takes the slot, P2 goes to the pool
         let outer = g.enter(); // takes the parked G1
-        let inner = g.enter(); // a second one, G2, new
-        drop(outer); // G1 parked again
+        let inner = g.enter(); // a second one, G2, new: takes the slot (G1 stays with `outer`)
+        drop(outer); // G1 to the pool: the slot holds G2, in use
+        drop(p.enter()); // P2 takes the slot (G2 stays with `inner`) and is parked there
         assert_eq!((g.users(), p.users()), (2, 2));
-        // The layer is gone when the slot's closer has dropped G1 (1 user left: G2, in `inner`) and the pool P1, P2.
+        // The layer is gone when the pool has dropped G1 (1 user left: G2, in `inner`) and P1, and the slot's closer
+        // P2.
         let (g2, p2) = (g.clone(), p.clone());
         run_after_the_layer(
             move || g2.users() == 1 && p2.users() == 0,
@@ -260,6 +262,95 @@ fn counter_add_inside_a_guard_uses_another_registration() {
     .unwrap();
     assert_eq!(counter.sum(), 15);
     assert_empty(&group);
+}
+
+/// `Group::enter` guards passed to `mem::forget` (design.md §9.1.1) are given back when their thread exits: what
+/// they held (here core 0's only CID, borrowed) and their registrations. Before, each stayed registered and held its
+/// CID for the group's life, so every later enter on that core took a temporary. The thread's next enter cannot tell
+/// a forgotten guard from a live outer one (nested guards below), so until the thread exits the CID stays with the
+/// forgotten guard, and the thread's later enters use another registration (the layer's unit tests check that they
+/// are back on the fast path).
+#[test]
+fn forgotten_guards_are_given_back_at_thread_exit() {
+    // One core, one CID per core; the explicit registration and the thread's make 2 users: per-CPU mode.
+    let group = Group::builder().virtual_cpus(1).cids_per_core(1).build().unwrap();
+    let mut other = group.register();
+    let g = group.clone();
+    thread::spawn(move || {
+        let forgotten = g.enter();
+        assert_eq!(forgotten.kind(), CidKind::Core(0));
+        std::mem::forget(forgotten);
+        for i in 0..100 {
+            assert_eq!(g.enter().kind(), CidKind::Temporary, "enter {i}: core 0's CID stays with the forgotten guard");
+        }
+        assert_eq!(g.users(), 3, "the explicit one, the forgotten guard's, and the one the later enters park");
+        // Live nested guards are never taken for forgotten ones; a forgotten nested one goes at thread exit too.
+        let outer = g.enter();
+        let inner = g.enter();
+        assert_ne!(outer.cid(), inner.cid());
+        std::mem::forget(inner);
+        drop(outer);
+        assert_eq!(g.stats().guards_forgotten, 0, "nothing given back before the thread exits");
+    })
+    .join()
+    .unwrap();
+    let s = group.stats();
+    assert_eq!(group.users(), 1, "the thread's exit unregistered every registration of the thread: {s:?}");
+    assert_eq!(s.guards_forgotten, 2, "the borrow and the nested temporary: {s:?}");
+    let audit = group.audit();
+    assert!(audit.is_consistent() && audit.bits == 1, "core 0's CID alone: {audit:?}");
+    assert_eq!(other.enter().kind(), CidKind::Core(0), "the core's CID is idle again");
+    drop(other);
+    assert_empty(&group);
+
+    // A guard forgotten as the thread's last act: its registration is still the slot's, in use, when the slot's
+    // closer runs.
+    let group = Group::new();
+    let g = group.clone();
+    thread::spawn(move || std::mem::forget(g.enter())).join().unwrap();
+    assert_empty(&group);
+}
+
+/// A guard held by a thread-local is still live when the layer's thread-locals are destroyed: its registration is
+/// the slot's, in use, when the slot's closer runs. Its owner then drops it (the registration goes at once) or
+/// passes it to `mem::forget` (the registration goes after the thread-local destructors, with what the guard held).
+#[test]
+fn guard_in_use_when_the_slot_closes_is_given_back_dropped_or_forgotten() {
+    for forget in [false, true] {
+        let (group, probe) = (Group::new(), Group::new());
+        let seen = Arc::new(Mutex::new(None));
+        let (g, p, out) = (group.clone(), probe.clone(), seen.clone());
+        thread::spawn(move || {
+            arm_hook(); // before the layer's thread-locals
+            pool_a_probe(&p);
+            drop(g.enter()); // G1 takes the slot, P2 goes to the pool
+            let held = g.enter(); // G1, in use in the slot
+            assert_eq!((g.users(), p.users()), (1, 2));
+            let p2 = p.clone();
+            run_after_the_layer(
+                move || p2.users() == 0,
+                move |late| {
+                    if forget {
+                        std::mem::forget(held);
+                    } else {
+                        drop(held);
+                    }
+                    *out.lock().unwrap() = Some((late, g.users()));
+                },
+            );
+        })
+        .join()
+        .unwrap();
+        let (late, users_then) = seen.lock().unwrap().take().expect("the late destructor ran");
+        eprintln!("late destructor: handed on {} times, layer gone: {}", late.hops, late.layer_gone);
+        assert!(late.layer_gone, "no destructor ran after the layer's ({late:?})");
+        assert_eq!(
+            users_then, forget as usize,
+            "forget {forget}: a dropped guard's registration goes at once, a forgotten one's after the destructors"
+        );
+        assert_empty(&group);
+        assert_empty(&probe);
+    }
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Helpers shared by `benches/enter_exit.rs` and `benches/sharded_counter.rs` (STYLE.md §3):
+//! Helpers shared by `benches/enter_exit.rs` and `benches/sharded_counter.rs`:
 //!
 //! * [`Pool`]: a persistent worker pool timed with two barriers (criterion's `iter_custom`), so thread spawn cost
 //!   never lands in a sample of a nanosecond-scale operation;
@@ -36,7 +36,7 @@ struct Shared {
 
 /// `threads` persistent workers. Each builds its own state on its own thread (`make(index)`: registrations,
 /// thread-local slots, pinning), then per sample runs `iters` operations between a start and a done barrier while
-/// the main thread times the span (STYLE.md §3, the sharded-slab pattern without per-sample spawns).
+/// the main thread times the span (the sharded-slab crate's pattern, without per-sample spawns).
 pub struct Pool {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<()>>,
@@ -435,135 +435,8 @@ fn check_sum(slots: &Padded, pool: &Pool, note: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The peers' building blocks
+// The peers' building blocks: the same file the benchmark examples use, so both measure one implementation.
 
-/// One cache-padded atomic per index.
-pub struct Padded {
-    slots: Box<[CachePadded<AtomicU64>]>,
-}
-
-impl Padded {
-    pub fn new(n: usize) -> Padded {
-        Padded { slots: (0..n.max(1)).map(|_| CachePadded::new(AtomicU64::new(0))).collect() }
-    }
-
-    /// Slot `i`; an out-of-range index (a CPU number beyond the array) wraps, off the fast path (no division
-    /// per operation, which would tax the baselines).
-    #[inline(always)]
-    pub fn at(&self, i: usize) -> &AtomicU64 {
-        match self.slots.get(i) {
-            Some(slot) => slot,
-            None => &self.slots[i % self.slots.len()],
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Slots that were ever incremented (what a scan would have to read).
-    pub fn touched(&self) -> usize {
-        self.slots.iter().filter(|s| s.load(Relaxed) != 0).count()
-    }
-
-    pub fn sum(&self) -> u64 {
-        self.slots.iter().map(|s| s.load(Relaxed)).sum()
-    }
-}
-
-/// The number of possible CPUs (the size of a per-CPU array).
-pub fn possible_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|s| s.trim().rsplit(['-', ',']).next().and_then(|m| m.parse::<usize>().ok()))
-        .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |max| max + 1)
-}
-
-/// The CPU the calling thread runs on (glibc reads it from the rseq area).
-#[inline(always)]
-pub fn getcpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions; -1 (error) maps to index 0 below.
-    let cpu = unsafe { libc::sched_getcpu() };
-    cpu.max(0) as usize
-}
-
-/// The kernel's rseq `mm_cid` of the calling thread, read from the rseq area glibc registered: `struct rseq` is
-/// at thread pointer + `__rseq_offset`, and `mm_cid` is the `u32` at byte 24.
-///
-/// Readable when glibc's registration succeeded (`__rseq_size > 0`) and the kernel provides the field
-/// (`AT_RSEQ_FEATURE_SIZE >= 28`, Linux 6.3+): the kernel refuses registrations shorter than `ORIG_RSEQ_SIZE` (32
-/// bytes), so a registered area always covers byte 24..28, and such a kernel writes `mm_cid` there on every return
-/// to user space. glibc up to 2.39 reports `__rseq_size = 20`: that is the part of the area glibc itself uses, not
-/// the registered length (checked on ci-2core: the field reads the compact CIDs the kernel hands out).
-#[derive(Clone, Copy)]
-pub struct Rseq {
-    offset: isize,
-}
-
-/// Byte offset of `mm_cid` in `struct rseq` (after cpu_id_start, cpu_id, rseq_cs (u64), flags, node_id).
-const MM_CID_OFFSET: usize = 24;
-/// `getauxval` key for the kernel's rseq feature size.
-const AT_RSEQ_FEATURE_SIZE: libc::c_ulong = 27;
-
-impl Rseq {
-    /// Checks at run time whether `mm_cid` is readable; `Err` says why not (printed by the benches).
-    pub fn probe() -> Result<Rseq, String> {
-        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
-        {
-            Err("rseq mm_cid baseline: only implemented for x86_64 Linux with glibc".into())
-        }
-        #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-        {
-            // Looked up at run time rather than linked as extern statics, so the benches still build and run
-            // on glibc < 2.35 (which lacks the symbols) and report the skip instead of failing to link.
-            // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other preconditions.
-            let off = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) };
-            // SAFETY: as above.
-            let size = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) };
-            // SAFETY: getauxval has no preconditions; 0 means unknown.
-            let kernel = unsafe { libc::getauxval(AT_RSEQ_FEATURE_SIZE) };
-            if off.is_null() || size.is_null() {
-                return Err("rseq mm_cid baseline skipped: this libc does not export __rseq_offset/__rseq_size \
-                            (glibc >= 2.35 needed)"
-                    .into());
-            }
-            // SAFETY: glibc defines `__rseq_size` as `const unsigned int` and `__rseq_offset` as `const ptrdiff_t`,
-            // both initialised before main and never written again.
-            let (size, offset) = unsafe { (*(size as *const u32), *(off as *const isize)) };
-            if size == 0 {
-                return Err("rseq mm_cid baseline skipped: glibc did not register an rseq area".into());
-            }
-            if (kernel as usize) < MM_CID_OFFSET + 4 {
-                return Err(format!(
-                    "rseq mm_cid baseline skipped: the kernel's rseq has no mm_cid (AT_RSEQ_FEATURE_SIZE = {kernel} < \
-                     28; Linux 6.3+ has it)"
-                ));
-            }
-            let rseq = Rseq { offset };
-            // Sanity: one running thread of this process gets a CID below the number of possible CPUs.
-            if rseq.mm_cid() >= possible_cpus() {
-                return Err(format!("rseq mm_cid baseline skipped: mm_cid reads {}, not a CID", rseq.mm_cid()));
-            }
-            Ok(rseq)
-        }
-    }
-
-    /// The calling thread's `mm_cid` (kept up to date by the kernel at every schedule-in).
-    #[inline(always)]
-    pub fn mm_cid(self) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let tp: *const u8;
-            // SAFETY: on x86_64 Linux, fs:0 holds the TCB's self pointer, which is the thread pointer; reading it
-            // has no side effects.
-            unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
-            // SAFETY: `probe` checked that glibc registered an rseq area with mm_cid for every thread, at
-            // tp + __rseq_offset; it lives as long as the thread. Volatile: the kernel rewrites it on preemption.
-            unsafe { std::ptr::read_volatile(tp.offset(self.offset).add(MM_CID_OFFSET) as *const u32) as usize }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            unreachable!("Rseq::probe fails on this architecture")
-        }
-    }
-}
+#[path = "../../examples/common/peers.rs"]
+mod peers;
+pub use peers::{getcpu, possible_cpus, Padded, Rseq};

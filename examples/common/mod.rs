@@ -1,8 +1,71 @@
-//! Helpers shared by the examples: argument parsing, statistics (paired costs, a distribution-free confidence
-//! interval for their median, the goal verdicts) and tables for the benchmark examples (`hackbench`,
-//! `thread_pools`), the thread limit for all of them. Included with `#[path = "common/mod.rs"] mod common;`; not an
-//! example of its own.
-#![allow(dead_code)]
+//! Helpers shared by the examples: the command line ([`cli`]), output that ends quietly on a closed pipe
+//! ([`outln!`]), progress on stderr, statistics (paired costs, a distribution-free confidence interval for their
+//! median, the goal verdicts) and tables for the benchmark examples (`hackbench`, `thread_pools`), the thread limit
+//! for all of them. Included with `#[path = "common/mod.rs"] mod common;`; not an example of its own.
+#![allow(dead_code, unused_macros, unused_imports)]
+
+/// `println!` for the examples' output: through [`write_out`], so a closed pipe ends the program quietly.
+macro_rules! outln {
+    () => {
+        $crate::common::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::common::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use outln;
+
+/// `print!` through [`write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::common::write_out(format_args!($($arg)*))
+    };
+}
+pub(crate) use out;
+
+/// `eprintln!` for the examples' messages and progress: through [`write_err`], so a closed stderr is no panic.
+macro_rules! errln {
+    () => {
+        $crate::common::write_err(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::common::write_err(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use errln;
+
+/// `eprint!` through [`write_err`].
+macro_rules! err {
+    ($($arg:tt)*) => {
+        $crate::common::write_err(format_args!($($arg)*))
+    };
+}
+pub(crate) use err;
+
+pub mod cli;
+
+/// Writes to stderr, ignoring errors: a message or a progress line that cannot be shown (stderr closed, as in
+/// `example 2>&1 | head`) is dropped instead of panicking; stdout's own closing ends the program ([`write_out`]).
+pub fn write_err(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_fmt(args);
+}
+
+/// Writes to stdout and flushes. When stdout is a closed pipe (`hackbench | head -3`) the program ends at once,
+/// quietly, with status 141 (128 + SIGPIPE, as a command-line tool killed by SIGPIPE reports it; Rust ignores the
+/// signal, which would make `println!` panic); another write error ends it with a message and status 1.
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(128 + libc::SIGPIPE),
+        Err(e) => {
+            errln!("cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }
+}
 
 /// The most threads an example starts at once: a larger request is a usage error, not a failed spawn halfway
 /// through. It is below the usual limits on threads (`kernel.threads-max`, `pid_max`), but not below every limit
@@ -11,39 +74,21 @@
 /// RLIMIT_NOFILE and bounds the buffers' total itself.
 pub const MAX_THREADS: usize = 8192;
 
-/// The command-line words after the program name, with `--flag=value` split into `--flag` and `value`; an error
-/// naming the first word that is not valid UTF-8 (every option and value here is text).
+/// The command-line words after the program name; an error naming the first word that is not valid UTF-8 (every
+/// option and value here is text).
 pub fn args() -> Result<Vec<String>, String> {
-    split_args(std::env::args_os().skip(1))
+    utf8_args(std::env::args_os().skip(1))
 }
 
 /// [`args`] over any words.
-fn split_args(words: impl Iterator<Item = std::ffi::OsString>) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    for (i, word) in words.enumerate() {
-        let word = word
-            .into_string()
-            .map_err(|bad| format!("argument {} ({:?}) is not valid UTF-8", i + 1, bad.to_string_lossy()))?;
-        match word.split_once('=') {
-            Some((k, v)) if k.starts_with("--") => out.extend([k.to_string(), v.to_string()]),
-            _ => out.push(word),
-        }
-    }
-    Ok(out)
-}
-
-/// The value following `flag`, or an error naming the flag.
-pub fn value(flag: &str, v: Option<String>) -> Result<String, String> {
-    v.ok_or_else(|| format!("{flag} needs a value"))
-}
-
-/// A positive integer value for `flag`.
-pub fn positive(flag: &str, v: Option<String>) -> Result<usize, String> {
-    let v = value(flag, v)?;
-    match v.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("{flag}: expected a positive integer, got {v:?}")),
-    }
+fn utf8_args(words: impl Iterator<Item = std::ffi::OsString>) -> Result<Vec<String>, String> {
+    words
+        .enumerate()
+        .map(|(i, word)| {
+            word.into_string()
+                .map_err(|bad| format!("argument {} ({:?}) is not valid UTF-8", i + 1, bad.to_string_lossy()))
+        })
+        .collect()
 }
 
 /// The policy names a `--compare` runs, in table order.
@@ -63,7 +108,7 @@ pub fn policy_index(name: &str) -> Result<usize, String> {
 pub fn parse_policies(list: &str) -> Result<Vec<usize>, String> {
     let mut picked = [false; POLICIES.len()];
     for name in list.split(',').map(str::trim) {
-        let p = policy_index(name)?;
+        let p = policy_index(name).map_err(|e| format!("--policies: {e}"))?;
         if std::mem::replace(&mut picked[p], true) {
             return Err(format!("--policies: {name} named twice"));
         }
@@ -335,7 +380,7 @@ pub fn print_verdicts(indent: &str, labels: &[String], cis: &[Option<MedianCi>],
     let mut verdicts = Vec::new();
     for (label, ci) in labels.iter().zip(cis) {
         let v = Verdict::judge(ci.as_ref(), budget);
-        println!("{indent}{:<width$} {}", format!("{label}:"), v.explain(ci.as_ref()));
+        outln!("{indent}{:<width$} {}", format!("{label}:"), v.explain(ci.as_ref()));
         verdicts.push(v);
     }
     overall(&verdicts)
@@ -360,20 +405,20 @@ pub fn print_median_table(
     decimals: usize,
 ) {
     let lw = label_width(heading, labels);
-    println!("{title}");
-    print!("{heading:<lw$}");
+    outln!("{title}");
+    out!("{heading:<lw$}");
     for p in policies {
-        print!("{p:>17}");
+        out!("{p:>17}");
     }
-    println!();
+    outln!();
     for (label, row) in labels.iter().zip(medians) {
-        print!("{label:<lw$}");
+        out!("{label:<lw$}");
         for &m in row {
             // A zero baseline (e.g. no involuntary switch at all in `none`'s runs) has no percentage.
             let vs = if row[0] > 0.0 { format!("{:+.2}%", pct(m, row[0])) } else { "n/a".into() };
-            print!("{:>17}", format!("{m:.decimals$} ({vs})"));
+            out!("{:>17}", format!("{m:.decimals$} ({vs})"));
         }
-        println!();
+        outln!();
     }
 }
 
@@ -417,18 +462,18 @@ fn print_versus_baseline(
 ) {
     let lw = label_width(heading, labels);
     let column = |text: &str| if last.is_empty() { String::new() } else { format!("{text:>7}") };
-    println!("{title}");
-    print!("{heading:<lw$}");
+    outln!("{title}");
+    out!("{heading:<lw$}");
     for p in &policies[1..] {
-        print!("{p:>20}");
+        out!("{p:>20}");
     }
-    println!("{}", column(last));
+    outln!("{}", column(last));
     for (label, (cells, tail)) in labels.iter().zip(rows) {
-        print!("{label:<lw$}");
+        out!("{label:<lw$}");
         for cell in cells {
-            print!(" {cell:>19}"); // at least one space between cells
+            out!(" {cell:>19}"); // at least one space between cells
         }
-        println!("{}", column(tail));
+        outln!("{}", column(tail));
     }
 }
 
@@ -537,18 +582,25 @@ pub fn json_paired(prefix: &str, ci: Option<&MedianCi>) -> String {
 }
 
 /// The progress of a `--compare` run, on stderr: one line rewritten in place (`\r`) on a terminal; elsewhere (a
-/// log, CI) a line at the first run and at each further tenth of the runs, instead of one very long line.
+/// log, CI) a line at the first run, at each further tenth of the runs and whenever [`LOG_EVERY`] passed since the
+/// last line, instead of one very long line.
 pub struct Progress {
     total: usize,
     done: usize,
     began: std::time::Instant,
+    /// When the last line went to a log.
+    logged: std::time::Instant,
     terminal: bool,
 }
+
+/// The longest a log goes without a progress line while runs start.
+pub const LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Progress {
     pub fn new(total: usize) -> Progress {
         use std::io::IsTerminal;
-        Progress { total, done: 0, began: std::time::Instant::now(), terminal: std::io::stderr().is_terminal() }
+        let now = std::time::Instant::now();
+        Progress { total, done: 0, began: now, logged: now, terminal: std::io::stderr().is_terminal() }
     }
 
     /// Counts the run about to start, described by `what`.
@@ -557,27 +609,76 @@ impl Progress {
         let (done, total, s) = (self.done, self.total, self.began.elapsed().as_secs_f64());
         let line = format!("[{done:>3}/{total}] {what} elapsed {s:>5.1}s");
         if self.terminal {
-            eprint!("\r{line} ");
-        } else if milestone(done, total) {
-            eprintln!("{line}");
+            err!("\r{line} ");
+        } else if milestone(done, total) || self.logged.elapsed() >= LOG_EVERY {
+            errln!("{line}");
+            self.logged = std::time::Instant::now();
         }
     }
 
     /// Ends the in-place line, before an error message.
     pub fn interrupt(&self) {
         if self.terminal {
-            eprintln!();
+            errln!();
         }
     }
 
     pub fn finish(self) {
         let line = format!("done: {} runs in {:.1}s", self.done, self.began.elapsed().as_secs_f64());
         if self.terminal {
-            eprintln!("\r{line:<70}");
+            errln!("\r{line:<70}");
         } else {
-            eprintln!("{line}");
+            errln!("{line}");
         }
     }
+}
+
+/// When [`with_progress`] first reports a run that has not ended, and then how often.
+pub const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs `work` on the calling thread while a helper thread reports on stderr, [`PROGRESS_AFTER`] after the start
+/// and then every [`PROGRESS_EVERY`] until `work` returns: `NAME: DETAIL, N s elapsed` (`detail()` may say how far
+/// the run is; an empty detail is left out), rewritten in place on a terminal, one line each time in a log. A run
+/// shorter than [`PROGRESS_AFTER`] prints nothing. The helper sleeps between reports, so the run it watches pays
+/// nothing else.
+pub fn with_progress<R>(name: &str, detail: impl Fn() -> String + Sync, work: impl FnOnce() -> R) -> R {
+    std::thread::scope(|s| {
+        // Dropped when `work` returns or unwinds: the helper stops waiting and the scope joins it.
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let detail = &detail;
+        s.spawn(move || report_until(name, detail, &stopped));
+        let result = work();
+        drop(stop);
+        result
+    })
+}
+
+/// The helper of [`with_progress`]: reports until `stopped` is disconnected.
+fn report_until(name: &str, detail: &dyn Fn() -> String, stopped: &std::sync::mpsc::Receiver<()>) {
+    use std::io::IsTerminal;
+    use std::sync::mpsc::RecvTimeoutError;
+    let (began, terminal) = (std::time::Instant::now(), std::io::stderr().is_terminal());
+    let (mut next, mut reported) = (PROGRESS_AFTER, false);
+    while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(next.saturating_sub(began.elapsed())) {
+        let line = progress_line(name, &detail(), began.elapsed());
+        if terminal {
+            err!("\r{line} ");
+        } else {
+            errln!("{line}");
+        }
+        reported = true;
+        next += PROGRESS_EVERY;
+    }
+    if reported && terminal {
+        errln!();
+    }
+}
+
+/// `NAME: DETAIL, N s elapsed`, or `NAME: N s elapsed` for an empty detail.
+pub fn progress_line(name: &str, detail: &str, elapsed: std::time::Duration) -> String {
+    let sep = if detail.is_empty() { "" } else { ", " };
+    format!("{name}: {detail}{sep}{:.0} s elapsed", elapsed.as_secs_f64())
 }
 
 /// Whether run `done` (1-based) of `total` gets a progress line in a log: the first, and each that starts a new
@@ -590,7 +691,7 @@ fn milestone(done: usize, total: usize) -> bool {
 /// Test-only helpers shared by the examples' tests.
 #[cfg(test)]
 pub mod testing {
-    use mmcid::policy::{NoCid, Policy};
+    use mmcid_policies::{NoCid, Policy};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -722,15 +823,16 @@ mod tests {
         }
     }
 
-    /// `--flag=value` splits; a word that is not UTF-8 is an error naming it, not a panic.
+    /// Words pass unchanged (`cli` splits `--flag=value`); a word that is not UTF-8 is an error naming it, not a
+    /// panic.
     #[test]
-    fn args_split_and_reject_non_utf8() {
+    fn args_reject_non_utf8() {
         use std::ffi::OsString;
         use std::os::unix::ffi::OsStringExt;
         let words = |w: &[&str]| w.iter().map(OsString::from).collect::<Vec<_>>().into_iter();
-        assert_eq!(split_args(words(&["--json=a=b", "-g", "x=y"])).unwrap(), ["--json", "a=b", "-g", "x=y"]);
+        assert_eq!(utf8_args(words(&["--json=a=b", "-g", "x=y"])).unwrap(), ["--json=a=b", "-g", "x=y"]);
         let bad = vec![OsString::from("-g"), OsString::from_vec(vec![b'a', 0xff])];
-        let e = split_args(bad.into_iter()).unwrap_err();
+        let e = utf8_args(bad.into_iter()).unwrap_err();
         assert!(e.contains("argument 2") && e.contains("not valid UTF-8"), "{e}");
     }
 
@@ -744,6 +846,21 @@ mod tests {
             assert!(lines.len() <= 11 && lines.len() >= total.min(10), "total {total}: {lines:?}");
         }
         assert!(milestone(162, 162) && milestone(10, 10));
+    }
+
+    /// A run that ends before the first report prints nothing and returns its result at once; the helper stops
+    /// with the run (the scope would hang otherwise); a panicking run still stops it. The line's format.
+    #[test]
+    fn with_progress_stops_with_the_run() {
+        let began = std::time::Instant::now();
+        assert_eq!(with_progress("t", String::new, || 7), 7);
+        assert!(began.elapsed() < PROGRESS_AFTER, "waited for the helper's first report");
+        let unwound = std::panic::catch_unwind(|| with_progress("t", String::new, || panic!("boom")));
+        assert!(unwound.is_err());
+        assert!(began.elapsed() < PROGRESS_AFTER);
+        let second = std::time::Duration::from_millis(2400);
+        assert_eq!(progress_line("hb", "", second), "hb: 2 s elapsed");
+        assert_eq!(progress_line("sc", "5 of 8 adds", second * 5), "sc: 5 of 8 adds, 12 s elapsed");
     }
 
     fn close(a: f64, b: f64) -> bool {

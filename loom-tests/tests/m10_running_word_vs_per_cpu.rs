@@ -1,5 +1,5 @@
 //! Model 10: an enter whose E1 the task → CPU walk sees, and whose E3 reads the completed per-CPU mode
-//! (design.md §4.1; I5). Found by review after every enter began to set `running` first (session 2).
+//! (design.md §4.1; I5). Found by review after every enter began to set `running` first.
 //!
 //! Two cores. T1 enters and leaves once with r1 (core 0, per-task CID 0). The main thread registers r3 on core 0:
 //! users 3 > max_cids 2, so a task → CPU switch runs, and its walk skips r1's word whenever it sees r1 running.

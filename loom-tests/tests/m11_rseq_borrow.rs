@@ -202,7 +202,7 @@ fn exits_claim_at_once_mutant_no_deferred_drain() {
 }
 
 /// The exit that finds the lock held does not try it again after flagging: if the holder unlocked and checked the
-/// flag in between, nobody drains. Needs three preemptions (review, session 6), hence the bound.
+/// flag in between, nobody drains. Needs three preemptions (found in review), hence the bound.
 #[test]
 #[should_panic(expected = "a core owns a CID in per-task mode")]
 fn exits_claim_at_once_mutant_no_defer_retry() {

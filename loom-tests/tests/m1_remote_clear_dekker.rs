@@ -1,6 +1,7 @@
-//! Model 1: the store-buffering (Dekker) pair of the kernel's v2 lazy per-CPU CIDs, `kernel-mmcid.md` §7.2 D1
-//! (models M1 / M5). A pure litmus copy: mmcid has no remote clear, but the same shape is D-enter / D-exit /
-//! D-core in design.md §5.1, which models 3, 4 and 6 check on the real code.
+//! Model 1: the store-buffering (Dekker) pair of the kernel's v2 lazy per-CPU CIDs (v6.4–v6.17), called D1 here:
+//! a context switch on a CPU against a remote clear of that CPU's cached CID. A pure litmus copy: mmcid has no
+//! remote clear, but the same shape is D-enter / D-exit / D-core in design.md §5.1, which models 3, 4 and 6 check on
+//! the real code.
 //!
 //! * CPU0, the context switch N → Y (Y a task of the mm): `W rq->curr = Y; fence; R slot`. A slot without LAZY
 //!   means "keep using CID k" (the slot stays the owner, Y borrows it); with LAZY, CPU0 finishes the lazy put

@@ -1,4 +1,6 @@
-//! Model 2: bitmap allocate / release with payload hand-over (I8; design.md §6; dossier O5 and M6).
+//! Model 2: bitmap allocate / release with payload hand-over (I8; design.md §6). In the kernel only atomic RMWs
+//! change the CID bitmap and the run-queue lock orders a CID's hand-over; mmcid has no such lock, so its bitmap's
+//! Release clear and Acquire set carry the hand-over.
 //!
 //! One core in per-CPU mode. The main thread borrows the core's CID for the whole model (its slot is BUSY), so
 //! T1 and the main thread's second registration both take temporary CIDs from the bitmap: when one releases its

@@ -1,5 +1,5 @@
 //! Model 3: enter on the per-task fast path racing the task → CPU fixup (design.md §4.1, §5, Dekker pairs D-enter
-//! and D-exit of §5.1; dossier M3).
+//! and D-exit of §5.1).
 //!
 //! One core (`virtual_cpus(1)`): one registration is per-task (CID 0, max_cids 1); a second `register()` makes
 //! users 2 > max_cids 1 and switches the group to per-CPU mode inside the register, walking the first
@@ -50,8 +50,8 @@ fn enter_vs_task_to_cpu_mutant_running_check() {
     scenario("enter_vs_task_to_cpu_mutant_running_check", Mutant::FixupIgnoresRunning);
 }
 
-/// F2 removed (dossier O2): only the enter side of D-enter fences, so T1 can read the old mode after the flip
-/// while the walk reads the old `running`: both use CID 0.
+/// F2 removed (the kernel's fence after flipping the mode): only the enter side of D-enter fences, so T1 can read the
+/// old mode after the flip while the walk reads the old `running`: both use CID 0.
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn enter_vs_task_to_cpu_mutant_fixup_barrier() {

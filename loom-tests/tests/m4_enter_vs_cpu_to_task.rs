@@ -1,5 +1,5 @@
 //! Model 4: enter racing the CPU → task fixup (design.md §4.2 `Core` exit, §4.4 `exit_slow_core`, §5 sweep, Dekker
-//! pair D-core), and an UNSET registration word met by the next task → CPU fixup (dossier M4; kernel fixes
+//! pair D-core), and an UNSET registration word met by the next task → CPU fixup (kernel fixes
 //! 1e83ccd5921a and de3ab9bd3133).
 //!
 //! Four virtual cores of which two are allowed (`virtual_cpus(4).cpus_virtual([0, 1])`): opt = min(2, users),

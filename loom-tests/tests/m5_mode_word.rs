@@ -1,4 +1,6 @@
-//! Model 5: mode word consistency, `kernel-mmcid.md` §7.4 O1 (kernel fix 47ee94efccf6, model M2), plus O3.
+//! Model 5: mode word consistency (kernel fix 47ee94efccf6: the ownership and TRANSIT bits in one word, so that no
+//! reader sees the new ownership without TRANSIT while the fixup still runs), plus the fence the kernel puts before
+//! the store that clears TRANSIT (the completion store, F4 in design.md §5).
 //!
 //! The writer is a task → CPU switch: it announces the switch (ownership ONCPU plus TRANSIT), runs its fixup (one
 //! effect: `fixed = 1`, standing for "the idle tasks' CIDs were taken"), then completes (ONCPU without TRANSIT).
@@ -19,7 +21,7 @@ const TRANSIT: u32 = 1 << 29;
 enum Encoding {
     /// mmcid: one word, F1 and F4 Release, reader Acquire.
     OneWord,
-    /// One word with a Relaxed completion store (O3's fence removed).
+    /// One word with a Relaxed completion store (the fence before clearing TRANSIT removed).
     OneWordRelaxedCompletion,
     /// The pre-47ee94efccf6 kernel: two words, plain (Relaxed) accesses, reader loads ownership then transit.
     TwoWordsRelaxed,
@@ -63,7 +65,7 @@ fn litmus(name: &'static str, enc: Encoding) {
                     assert_eq!(
                         s.fixed.load(Relaxed),
                         1,
-                        "reader saw per-CPU mode without TRANSIT before the fixup's effects (O1/O3)"
+                        "reader saw per-CPU mode without TRANSIT before the fixup's effects"
                     );
                 }
             })
@@ -107,7 +109,7 @@ fn mode_word_mutant_two_words_ordered() {
     litmus("mode_word_mutant_two_words_ordered", Encoding::TwoWordsTorn);
 }
 
-/// One word but a Relaxed completion store: the reader sees the final mode without the fixup's effects (O3). In
+/// One word but a Relaxed completion store: the reader sees the final mode without the fixup's effects. In
 /// this litmus the reader consumes the effect with a plain load and nothing else publishes it, which is why the
 /// kernel needs the fence; in mmcid the same mutant survives (docs/loom.md, "mutants that survive").
 #[test]

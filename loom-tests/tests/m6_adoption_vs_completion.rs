@@ -1,5 +1,5 @@
 //! Model 6: exit adopting a transitional CID versus the completion of the switch (design.md §4.4 adoption, §5 F4;
-//! dossier O3 and the V2 4/4 adoption).
+//! the kernel's fence before clearing TRANSIT, and its schedule-out keeping a completed TRANSIT CID, 4463c7aa11a6).
 //!
 //! `virtual_cpus(4).cpus_virtual([0, 1])`: per-CPU at 3 users, back at 1 user. T1 enters and leaves once with
 //! registration r1 (per-task, CID 0). The main thread runs a whole task → CPU switch (register r3), then a whole
@@ -121,15 +121,15 @@ fn adoption_vs_sweep_mutant_adopt_recheck() {
     adoption_vs_sweep("adoption_vs_sweep_mutant_adopt_recheck", Mutant::NoAdoptRecheck);
 }
 
-/// F4 Relaxed (dossier O3). NOT rejected, by this model or any other we could build: see docs/loom.md, "mutants
-/// that survive". In this design every consumer of a walk's effects reads them with an RMW (word/slot CAS,
-/// bitmap `fetch_or` Acquire against the walk's Release clear), and the one plain-load consumer (the per-task
-/// fast path's word load) reads words that only a task → CPU walk changes; it can see per-task mode after such a
-/// walk only through a later CPU → task switch, whose F2 full fence (release semantics) precedes its F1 and F4.
-/// Not a mutant test: a record that the `RelaxedCompletion` mutant survives. F4's Release is redundant in this
-/// design (every consumer of a walk's effects reads them through an RMW, or after a later switch's F2 fence; see
-/// docs/loom.md, "mutants that survive"); it stays as defence in depth. If a design change makes it necessary,
-/// this test fails and the mutant must become a rejected twin.
+/// F4 Relaxed (the completion store without the kernel's fence before clearing TRANSIT). NOT rejected, by this model or
+/// any other we could build: see docs/loom.md, "mutants that survive". In this design every consumer of a walk's
+/// effects reads them with an RMW (word/slot CAS, bitmap `fetch_or` Acquire against the walk's Release clear), and the
+/// one plain-load consumer (the per-task fast path's word load) reads words that only a task → CPU walk changes; it can
+/// see per-task mode after such a walk only through a later CPU → task switch, whose F2 full fence (release semantics)
+/// precedes its F1 and F4. Not a mutant test: a record that the `RelaxedCompletion` mutant survives. F4's Release is
+/// redundant in this design (every consumer of a walk's effects reads them through an RMW, or after a later switch's F2
+/// fence; see docs/loom.md, "mutants that survive"); it stays as defence in depth. If a design change makes it
+/// necessary, this test fails and the mutant must become a rejected twin.
 #[test]
 fn adoption_vs_completion_relaxed_completion_is_redundant() {
     scenario("adoption_vs_completion_relaxed_completion_is_redundant", Mutant::RelaxedCompletion);

@@ -1,11 +1,11 @@
 //! Model 8: registration and drop racing enter (design.md §3 limits, §4.3 and §4.5 convergence; I2, I4).
 //!
-//! Two cores, per-task mode throughout (never more than two registrations). T1 enters and leaves twice with r2
-//! (CID 1 at first) while the main thread, inside a guard of r1, writes CID 0's data, then drops r1 (max_cids
-//! shrinks to 1: r2's CID 1 is now out of range), registers r3 (max_cids grows back to 2; r3 is born with the
-//! lowest free CID, below 2 because T1 never holds two, design.md §2.4) and drops it again (max_cids 1). T1 reads
-//! `max_cids` racily (Relaxed, dossier O4): each of its enters keeps CID 1 or converges to a free CID below the
-//! bound it read. After the join, r2 is alone and its next guard has CID 0 (I4), whatever T1 did.
+//! Two cores, per-task mode throughout (never more than two registrations). T1 enters and leaves twice with r2 (CID 1
+//! at first) while the main thread, inside a guard of r1, writes CID 0's data, then drops r1 (max_cids shrinks to 1:
+//! r2's CID 1 is now out of range), registers r3 (max_cids grows back to 2; r3 is born with the lowest free CID, below
+//! 2 because T1 never holds two, design.md §2.4) and drops it again (max_cids 1). T1 reads `max_cids` racily (Relaxed,
+//! as the kernel reads it with READ_ONCE): each of its enters keeps CID 1 or converges to a free CID below the bound it
+//! read. After the join, r2 is alone and its next guard has CID 0 (I4), whatever T1 did.
 //!
 //! CID 0 moves from r1 (dropped under the lifecycle lock) to T1's converging enter (no lock) through the bitmap
 //! only, so the per-CID data written under r1's guard must reach T1 through the bitmap's Release / Acquire (I8).
@@ -58,7 +58,7 @@ fn membership_vs_enter() {
     scenario("membership_vs_enter", Mutant::None);
 }
 
-/// Convergence in the order before session 10 (take the new CID, then give the old one up): between the two
+/// Convergence in its former order (take the new CID, then give the old one up): between the two
 /// steps T1 holds CIDs 0 and 1, and r3 is born with CID 2.
 #[test]
 #[should_panic(expected = "r3 born with CID 2")]

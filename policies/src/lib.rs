@@ -1,8 +1,8 @@
-//! Historical kernel CID policies, for benchmarks and comparison.
+//! The Linux kernel's historical CID policies, for mmcid's benchmarks and comparisons (a workspace crate, not
+//! published).
 //!
-//! Each type here hands out CIDs the way one generation of the Linux kernel's `mm_cid` did (dossier
-//! `kernel-mmcid.md` §0, §7), behind one trait, [`Policy`], so the workloads in `examples/` can run every policy in
-//! the same harness and the same run:
+//! Each type here hands out CIDs the way one generation of the Linux kernel's `mm_cid` did, behind one trait,
+//! [`Policy`], so the workloads in mmcid's `examples/` can run every policy in the same harness and the same run:
 //!
 //! | policy | kernel | enter | exit |
 //! |---|---|---|---|
@@ -10,16 +10,17 @@
 //! | [`MutexCids`] | v6.3 (v1) | group lock, take the smallest free ID | group lock, give it back |
 //! | [`BitmapCids`] | 2025 naive (v3) | first-zero test-and-set on atomic words | clear the bit |
 //! | [`LazyCids`] | v6.4–v6.17 (v2) | borrow the core's lazily kept CID (one CAS) | give it back to the core |
-//! | [`MmCid`] | v6.19+ design, this crate | [`Registration::enter`] | [`CidGuard`] drop |
+//! | [`MmCid`] | v6.19+ design, mmcid | [`Registration::enter`] | [`CidGuard`] drop |
 //!
-//! Every policy keeps I1 (no two live guards of one policy instance carry the same CID, when each was entered with
-//! a thread state that instance's [`Policy::thread`] made), and every CID stays below
-//! the number of threads holding guards at once plus the number of possible cores, so `threads + cores` slots are
+//! Every policy keeps mmcid's invariant I1, exclusivity (no two live guards of one policy instance carry the same
+//! CID, when each was entered with a thread state that instance's [`Policy::thread`] made), and I8, hand-over
+//! visibility (what a CID's previous holder wrote is visible to its next one), and every CID stays below the number
+//! of threads holding guards at once plus the number of possible cores, so `threads + cores` slots are
 //! enough for per-CID data. A guard is a value whose drop gives the CID back (≈ schedule-out), so the measured
 //! path of [`MmCid`] is the library's real [`CidGuard`].
 //!
 //! ```
-//! use mmcid::policy::{BitmapCids, Policy, PolicyGuard};
+//! use mmcid_policies::{BitmapCids, Policy, PolicyGuard};
 //!
 //! let policy = BitmapCids::new(4)?;
 //! let mut a = policy.thread(None);
@@ -32,8 +33,8 @@
 //! # Ok::<(), mmcid::Error>(())
 //! ```
 
-use crate::{CidGuard, Error, Group, Registration};
 use crossbeam_utils::CachePadded;
+use mmcid::{CidGuard, Error, Group, Registration};
 use parking_lot::Mutex;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
@@ -77,17 +78,24 @@ impl PolicyGuard for CidGuard<'_> {
     }
 }
 
-/// The calling thread's core (0 if the OS cannot tell): the library's own read, so every policy pays the same.
+/// The calling thread's core (0 if the OS cannot tell): mmcid's own read, so every policy pays the same.
 #[inline]
 fn current_cpu() -> usize {
-    crate::sys::current_cpu()
+    mmcid::__private::current_cpu()
 }
 
-/// Number of configured (possible) cores of this machine.
+/// `Ok(value)` if `min <= value <= max`, else [`Error::ValueOutOfRange`] naming `what` (as mmcid's own checks).
+fn check_range(what: &'static str, value: usize, min: usize, max: usize) -> Result<usize, Error> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(Error::ValueOutOfRange { what, value, min, max })
+    }
+}
+
+/// Number of possible cores of this machine: the library's own bound on CPU numbers (design.md §12.3).
 fn possible_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    usize::try_from(n).unwrap_or(1).max(1)
+    mmcid::__private::possible_cpus()
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -283,7 +291,7 @@ impl BitmapCids {
     ///
     /// [`Error::ValueOutOfRange`] for a capacity of 0 or above [`MAX_CAPACITY`].
     pub fn new(capacity: usize) -> Result<BitmapCids, Error> {
-        Error::check_range("capacity", capacity, 1, MAX_CAPACITY)?;
+        check_range("capacity", capacity, 1, MAX_CAPACITY)?;
         Ok(BitmapCids { bits: AtomicBits::new(capacity) })
     }
 }
@@ -343,7 +351,7 @@ pub enum Scan {
 }
 
 /// The most guards a [`BitmapCids`] or [`LazyCids`] can be sized for: mmcid's own CID space (2^20).
-pub const MAX_CAPACITY: usize = crate::bitmap::MAX_BITS;
+pub const MAX_CAPACITY: usize = mmcid::__private::MAX_CIDS;
 
 /// Settings of a [`LazyCids`] policy.
 #[derive(Clone, Copy, Debug)]
@@ -421,9 +429,9 @@ impl LazyCids {
     /// than 65 536 cores (CIDs come from `capacity + cores` bits).
     pub fn with_config(config: LazyConfig) -> Result<LazyCids, Error> {
         let cores = config.cores;
-        Error::check_range("cores", cores, 1, crate::group::MAX_CPUS)?;
-        Error::check_range("capacity", config.capacity, 1, MAX_CAPACITY - cores)?;
-        crate::sys::rseq::probe(); // the same core lookup as mmcid's (`current_cpu`)
+        check_range("cores", cores, 1, mmcid::__private::MAX_CPUS)?;
+        check_range("capacity", config.capacity, 1, MAX_CAPACITY - cores)?;
+        mmcid::__private::probe_rseq(); // the same core lookup as mmcid's (`current_cpu`)
         let period_ns = u64::try_from(config.period.as_nanos()).unwrap_or(u64::MAX);
         Ok(LazyCids {
             slots: (0..cores).map(|_| CachePadded::new(AtomicU32::new(EMPTY))).collect(),
@@ -636,7 +644,7 @@ impl Policy for LazyCids {
 // ---------------------------------------------------------------------------------------------------------------
 // mmcid
 
-/// This crate: [`Registration::enter`] and the real [`CidGuard`].
+/// mmcid itself: [`Registration::enter`] and the real [`CidGuard`].
 #[derive(Debug, Clone)]
 pub struct MmCid {
     group: Group,
@@ -675,7 +683,11 @@ impl Policy for MmCid {
 
     #[inline(always)]
     fn enter<'a>(&'a self, thread: &'a mut Registration) -> CidGuard<'a> {
-        debug_assert_eq!(thread.group().id(), self.group.id(), "a registration of another group (Policy::enter)");
+        debug_assert_eq!(
+            mmcid::__private::group_id(thread.group()),
+            mmcid::__private::group_id(&self.group),
+            "a registration of another group (Policy::enter)"
+        );
         thread.enter()
     }
 
@@ -684,7 +696,7 @@ impl Policy for MmCid {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -1,11 +1,13 @@
-//! I1 (exclusivity) for every historical policy of `mmcid::policy`, checked by an independent occupancy checker:
+//! I1 (exclusivity) for every historical policy of this crate, checked by an independent occupancy checker:
 //! one `AtomicUsize` per CID whose `fetch_add` at enter must return 0, under churn (threads yielding inside
 //! guards, more threads than cores, threads made and dropped in rounds).
 
+/// mmcid's own test helpers (the gate that holds threads together).
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
-use mmcid::policy::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use mmcid::{CidKind, Error, Group, Mode};
+use mmcid_policies::{BitmapCids, LazyCids, LazyConfig, MmCid, MutexCids, NoCid, Policy, PolicyGuard, Scan};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
@@ -292,8 +294,10 @@ fn mmcid_is_exclusive() {
 
 #[test]
 fn mmcid_is_exclusive_in_per_cpu_mode() {
-    // 4 virtual cores, 8 threads: per-CPU mode with busy cores and temporaries.
-    let p = Arc::new(MmCid::new(Group::builder().virtual_cpus(4).build().expect("group")));
+    // 4 virtual cores, 8 threads: per-CPU mode with busy cores and temporaries. One CID per core (the kernel's
+    // design): with CID sets the busy cores would lend extra CIDs, and half the users holding guards at once would
+    // switch the group to per-task mode (mmcid's design.md §2.6, §3.1; tests/cid_sets.rs checks those).
+    let p = Arc::new(MmCid::new(Group::builder().virtual_cpus(4).cids_per_core(1).build().expect("group")));
     assert_eq!(all_at_once(Arc::clone(&p)), 0);
     assert_eq!(churn(Arc::clone(&p)), 0);
     assert_eq!(p.cids_in_use(), 0);
@@ -341,7 +345,7 @@ fn names() {
     assert_eq!(MutexCids::new().name(), "mutex");
     assert_eq!(BitmapCids::new(1).unwrap().name(), "bitmap");
     // Sizes the policies cannot hold: a typed error, not an aborted allocation or CIDs beyond the slot mask.
-    let max = mmcid::policy::MAX_CAPACITY;
+    let max = mmcid_policies::MAX_CAPACITY;
     for capacity in [0, max + 1, usize::MAX] {
         let want = Error::ValueOutOfRange { what: "capacity", value: capacity, min: 1, max };
         assert_eq!(BitmapCids::new(capacity).unwrap_err(), want);
