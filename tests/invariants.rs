@@ -69,6 +69,10 @@ fn churn_with(
     // everyone carries on (gate D). The test thread looks at the group between the gates.
     let gate = Arc::new(Gate::new(workers + 2));
     let draining = Arc::new(AtomicBool::new(false));
+    // In the first round and the first after the drain every worker registers before any enters: more workers
+    // than `max_cids` are users at once, so the group goes per-CPU in both halves on any machine (left to thread
+    // start-up, a worker could finish its rounds before the last one started, as in a 16-vCPU guest).
+    let registered = Arc::new(Gate::new(workers));
     // I2 hard bound: below users + K·cores, and users never exceed the workers plus the churner's 5 extras.
     let hard_bound = workers + 5 + group.cids_per_core() * group.cores();
     // The workers' last round waits for `alongside` to have returned, so that the churn goes on after it however
@@ -78,6 +82,7 @@ fn churn_with(
     for w in 0..workers {
         let (group, occ, payload, guards) = (group.clone(), occ.clone(), payload.clone(), guards.clone());
         let (gate, draining, side_done) = (gate.clone(), draining.clone(), side_done.clone());
+        let registered = registered.clone();
         handles.push(thread::spawn(move || {
             for round in 0..rounds {
                 if round == rounds / 2 {
@@ -107,6 +112,9 @@ fn churn_with(
                     }
                 }
                 let mut reg = group.register();
+                if round == 0 || round == rounds / 2 {
+                    registered.wait();
+                }
                 if virtual_cores.is_some() {
                     reg.set_cpu(Some((w + round) % cores)).unwrap();
                 }
