@@ -196,12 +196,18 @@ fn churn_with_every_membarrier_failing_stays_exclusive() {
     let Some(g) = asym_group("churn_with_every_membarrier_failing", 4) else { return };
     fail_for_good(&g, libc::EPERM);
     let held: Vec<std::sync::atomic::AtomicBool> = (0..1024).map(|_| Default::default()).collect();
+    // In the first round every worker registers before any enters: 6 users of 4 cores, per-CPU at least once on
+    // any machine (left to thread start-up, the workers of a many-CPU machine can run one after another).
+    let registered = std::sync::Barrier::new(6);
     std::thread::scope(|s| {
         for w in 0..6 {
-            let (g, held) = (&g, &held);
+            let (g, held, registered) = (&g, &held, &registered);
             s.spawn(move || {
                 for round in 0..100 {
                     let mut reg = g.register();
+                    if round == 0 {
+                        registered.wait();
+                    }
                     reg.set_cpu(Some((w + round) % 4)).unwrap();
                     for _ in 0..20 {
                         let guard = reg.enter();
