@@ -54,6 +54,33 @@ fn a_failed_task_to_cpu_barrier_leaves_each_cid_to_its_owner() {
     assert_all_free(&g);
 }
 
+/// A registration that kept its CID across a failed task → CPU walk enters while its core's first CID is held
+/// and an extra CID of the core is idle: it borrows the extra one and gives its own back to the bitmap (a borrow
+/// of an extra slot that kept the given-up CID in hand leaked it: at zero users its bit stayed set, owned by
+/// nobody, as a churn with every membarrier failing showed).
+#[test]
+fn an_own_cid_given_up_for_an_idle_extra_slot_goes_back() {
+    let Some(g) = asym_group("an_own_cid_given_up_for_an_idle_extra_slot", 1) else { return };
+    assert!(g.cids_per_core() > 1);
+    fail_for_good(&g, libc::EPERM);
+    let mut r1 = g.register();
+    let mut r2 = g.register(); // the switch, without its walk: r1 keeps CID 0
+    assert_eq!((g.mode(), r1.cid().map(|c| c.get())), (Mode::PerCpu, Some(0)));
+    let mut r3 = g.register();
+    let idle: Vec<_> = (0..4).map(|_| g.register()).collect(); // 2 guards of 7 users: no occupancy switch (§3.1)
+    let first = r2.enter(); // the core's first CID, held
+    drop(r3.enter()); // an extra CID donated to the core, idle again
+    let extra = r1.enter(); // gives CID 0 up and borrows the idle extra CID
+    assert_ne!(extra.cid(), first.cid());
+    let audit = g.audit();
+    drop(extra);
+    assert!(audit.is_consistent(), "CID 0 leaked: {audit:?}");
+    assert_eq!(r1.cid(), None);
+    drop(first);
+    drop((r1, r2, r3, idle));
+    assert_all_free(&g);
+}
+
 /// ENOMEM (the kernel could not allocate its CPU mask, before sending anything) is retried: three in a row and
 /// the fourth call works, so the switch walks as usual and nothing counts as failed; four in a row exhaust the
 /// tries and the switch goes without its walk.
