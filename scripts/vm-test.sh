@@ -28,9 +28,9 @@
 #   -v, --verbose        stream the guest's console (otherwise it is in the run's console.log only)
 #   -h, --help           this text
 # Selection (positional, any number) [tests]:
-#   tests                every test binary of the workspace (the library's unit tests, tests/*.rs, the
-#                        examples' unit tests, loom-tests' binaries as built without --cfg loom)
-#   main                 the library's unit tests and tests/*.rs
+#   tests                every test binary cargo test --workspace builds (the library's unit tests,
+#                        tests/*.rs, the examples' unit tests, mmcid-policies' tests; not the loom models)
+#   main                 the library's unit tests and tests/*.rs, and mmcid-policies' tests
 #   examples             every example check (below); examples:NAME one of hackbench, thread_pools, pinned,
 #                        sharded_counter
 #   all                  tests and examples
@@ -259,8 +259,8 @@ if [ "$build" -eq 1 ]; then
     fi
 fi
 
-# The test binaries by cargo target name, and their group for the order: 0 the library's unit tests, 1 tests/*.rs,
-# 2 the examples' unit tests, 3 loom-tests' binaries.
+# The test binaries by cargo target name, and their group for the order: 0 the crates' unit tests, 1 their tests/*.rs,
+# 2 the examples' unit tests, 3 loom-tests' binaries (none unless built with the loom feature).
 declare -A test_bin=() test_group=()
 if [ "$want_tests" -eq 1 ]; then
     [ -s "$tests_json" ] || die "no build list in $tests_json: run once without --no-build"

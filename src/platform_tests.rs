@@ -175,6 +175,7 @@ fn a_failed_cpu_to_task_barrier_skips_an_rseq_sweep() {
 /// A drain of deferred exits does the same with every slot it claimed.
 #[test]
 fn a_failed_claim_barrier_gives_the_claim_back() {
+    let _no_fork = super::tests::FORKS.read().unwrap_or_else(|e| e.into_inner());
     let g = Group::new();
     if !g.uses_rseq() {
         eprintln!("a_failed_claim_barrier_gives_the_claim_back: no rseq group here, nothing to check");
@@ -267,6 +268,7 @@ enum Child {
 /// soon as `fork` returns there, then waits up to 10 s for the child. The child prints nothing (another thread may
 /// have held the output lock at the fork).
 fn in_child(parent: impl FnOnce(), child: impl FnOnce() -> i32) -> Child {
+    let _forking = super::tests::FORKS.write().unwrap_or_else(|e| e.into_inner());
     // SAFETY: fork has no preconditions; the child runs `child` and `_exit`s, never returning into the harness.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
