@@ -1343,14 +1343,19 @@ mod tests {
     /// this, and so do swapped ones unless this thread happens to be preempted in those 2 ms. A difference never
     /// goes negative.
     /// Spinning is user time: a thread that spins until it has used 20 ms of CPU shows most of it as user time
-    /// (a `user_s` read from the system time, or not read at all, fails this).
+    /// (a `user_s` read from the system time, or not read at all, fails this). The spin checks its CPU time
+    /// every million adds and is bounded by a count, not a clock: where reading the clock or the usage is slow
+    /// (an emulated 64-CPU guest whose clock source is the HPET), checking more often made the checks, system
+    /// time, most of the 20 ms.
     #[test]
     fn usage_splits_user_time() {
         let before = Usage::of(libc::RUSAGE_THREAD);
-        let deadline = Instant::now() + Duration::from_secs(5);
         let mut x = 0u64;
-        while Usage::of(libc::RUSAGE_THREAD).since(before).cpu_s < 0.02 && Instant::now() < deadline {
-            for i in 0..100_000u64 {
+        for _ in 0..2_000 {
+            if Usage::of(libc::RUSAGE_THREAD).since(before).cpu_s >= 0.02 {
+                break;
+            }
+            for i in 0..1_000_000u64 {
                 x = x.wrapping_add(std::hint::black_box(i));
             }
         }
@@ -1360,9 +1365,18 @@ mod tests {
 
     #[test]
     fn usage_counts_a_sleep_as_a_voluntary_switch() {
+        // A sleep whose system call itself outlasts the sleep returns without blocking (seen in an emulated
+        // 64-CPU guest, where reading the clock took 15 ms): so the sleep doubles from 2 ms until one blocked,
+        // 2 s in all at most.
         let before = Usage::of(libc::RUSAGE_THREAD);
-        std::thread::sleep(Duration::from_millis(2));
-        let used = Usage::of(libc::RUSAGE_THREAD).since(before);
+        let mut used = before.since(before);
+        for ms in (0..10).map(|k| 2 << k) {
+            std::thread::sleep(Duration::from_millis(ms));
+            used = Usage::of(libc::RUSAGE_THREAD).since(before);
+            if used.voluntary >= 1 {
+                break;
+            }
+        }
         assert!(used.voluntary >= 1, "{used:?}");
         assert_eq!(
             before.since(Usage::of(libc::RUSAGE_THREAD)),

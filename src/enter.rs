@@ -185,10 +185,10 @@ impl Registration {
         }
     }
 
-    /// An extra slot of core `cpu` (`1..K`, design.md §2.6): the first idle one, borrowed as the first slot is; else
-    /// the first EMPTY one, into which `spare` or a fresh CID is donated (`EMPTY → ONCPU|BUSY|n`). `None` if every
-    /// extra slot is BUSY or claimed, or the donation lost its race (then `spare` holds the CID it would have
-    /// donated).
+    /// An extra slot of core `cpu` (`1..K`, design.md §2.6): the first idle one, borrowed as the first slot is (and
+    /// then `spare`, the CID our registration gave up, is surplus and goes back to the bitmap); else the first EMPTY
+    /// one, into which `spare` or a fresh CID is donated (`EMPTY → ONCPU|BUSY|n`). `None` if every extra slot is
+    /// BUSY or claimed, or the donation lost its race (then `spare` holds the CID it would have donated).
     fn borrow_extra(&self, cpu: usize, spare: &mut Option<u32>) -> Option<Held> {
         let g = &*self.group.inner;
         let mut empty = None;
@@ -197,6 +197,10 @@ impl Registration {
             let s = slot.load(Relaxed);
             if let Some(cid) = slot::idle_cid(s) {
                 if g.borrow_slot(at, s) {
+                    if let Some(x) = spare.take() {
+                        g.bitmap.clear(x); // as after the first slot's borrow: the core already owns one
+                        self.rec.counters.bump(Ev::BitmapClear);
+                    }
                     return Some(Held::Core { at: at as u32, cid });
                 }
             } else if s == EMPTY && empty.is_none() {

@@ -55,6 +55,33 @@ fn a_failed_task_to_cpu_barrier_leaves_each_cid_to_its_owner() {
     assert_all_free(&g);
 }
 
+/// A registration that kept its CID across a failed task → CPU walk enters while its core's first CID is held
+/// and an extra CID of the core is idle: it borrows the extra one and gives its own back to the bitmap (a borrow
+/// of an extra slot that kept the given-up CID in hand leaked it: at zero users its bit stayed set, owned by
+/// nobody, as a churn with every membarrier failing showed).
+#[test]
+fn an_own_cid_given_up_for_an_idle_extra_slot_goes_back() {
+    let Some(g) = asym_group("an_own_cid_given_up_for_an_idle_extra_slot", 1) else { return };
+    assert!(g.cids_per_core() > 1);
+    fail_for_good(&g, libc::EPERM);
+    let mut r1 = g.register();
+    let mut r2 = g.register(); // the switch, without its walk: r1 keeps CID 0
+    assert_eq!((g.mode(), r1.cid().map(|c| c.get())), (Mode::PerCpu, Some(0)));
+    let mut r3 = g.register();
+    let idle: Vec<_> = (0..4).map(|_| g.register()).collect(); // 2 guards of 7 users: no occupancy switch (§3.1)
+    let first = r2.enter(); // the core's first CID, held
+    drop(r3.enter()); // an extra CID donated to the core, idle again
+    let extra = r1.enter(); // gives CID 0 up and borrows the idle extra CID
+    assert_ne!(extra.cid(), first.cid());
+    let audit = g.audit();
+    drop(extra);
+    assert!(audit.is_consistent(), "CID 0 leaked: {audit:?}");
+    assert_eq!(r1.cid(), None);
+    drop(first);
+    drop((r1, r2, r3, idle));
+    assert_all_free(&g);
+}
+
 /// ENOMEM (the kernel could not allocate its CPU mask, before sending anything) is retried: three in a row and
 /// the fourth call works, so the switch walks as usual and nothing counts as failed; four in a row exhaust the
 /// tries and the switch goes without its walk.
@@ -149,6 +176,7 @@ fn a_failed_cpu_to_task_barrier_skips_an_rseq_sweep() {
 /// A drain of deferred exits does the same with every slot it claimed.
 #[test]
 fn a_failed_claim_barrier_gives_the_claim_back() {
+    let _no_fork = crate::fork::tests::FORKS.read().unwrap_or_else(|e| e.into_inner());
     let g = Group::new();
     if !g.uses_rseq() {
         eprintln!("a_failed_claim_barrier_gives_the_claim_back: no rseq group here, nothing to check");
@@ -197,12 +225,18 @@ fn churn_with_every_membarrier_failing_stays_exclusive() {
     let Some(g) = asym_group("churn_with_every_membarrier_failing", 4) else { return };
     fail_for_good(&g, libc::EPERM);
     let held: Vec<std::sync::atomic::AtomicBool> = (0..1024).map(|_| Default::default()).collect();
+    // In the first round every worker registers before any enters: 6 users of 4 cores, per-CPU at least once on
+    // any machine (left to thread start-up, the workers of a many-CPU machine can run one after another).
+    let registered = std::sync::Barrier::new(6);
     std::thread::scope(|s| {
         for w in 0..6 {
-            let (g, held) = (&g, &held);
+            let (g, held, registered) = (&g, &held, &registered);
             s.spawn(move || {
                 for round in 0..100 {
                     let mut reg = g.register();
+                    if round == 0 {
+                        registered.wait();
+                    }
                     reg.set_cpu(Some((w + round) % 4)).unwrap();
                     for _ in 0..20 {
                         let guard = reg.enter();
@@ -235,6 +269,7 @@ enum Child {
 /// soon as `fork` returns there, then waits up to 10 s for the child. The child prints nothing (another thread may
 /// have held the output lock at the fork).
 fn in_child(parent: impl FnOnce(), child: impl FnOnce() -> i32) -> Child {
+    let _forking = crate::fork::tests::FORKS.write().unwrap_or_else(|e| e.into_inner());
     // SAFETY: fork has no preconditions; the child runs `child` and `_exit`s, never returning into the harness.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());

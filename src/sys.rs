@@ -855,18 +855,35 @@ pub(crate) mod tests {
         Some(if cfg!(debug_assertions) { 2_000_000 } else { 10_000_000 })
     }
 
+    /// How long a deadlock detector waits: `secs` seconds, times the whole number in `MMCID_TEST_TIME_SCALE`
+    /// (default 1) on a machine far slower than real hardware (as `tests/common`'s `patience`).
+    #[cfg(target_arch = "x86_64")]
+    fn patience(secs: u64) -> std::time::Duration {
+        let scale = std::env::var("MMCID_TEST_TIME_SCALE").ok().and_then(|s| s.parse::<u64>().ok()).filter(|&s| s >= 1);
+        std::time::Duration::from_secs(secs.saturating_mul(scale.unwrap_or(1)))
+    }
+
+    /// Rounds for each of `threads` threads of a test written for `rounds` per thread on 2 CPUs (8 threads): the
+    /// same total, so that the test costs about the same CPU time on any machine (and as many preemptions and
+    /// migrations happen in it, which is what these tests count on), but at least `rounds / 32` each.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn per_thread_rounds(rounds: u64, threads: usize) -> u64 {
+        (rounds * 8 / threads.max(1) as u64).max(rounds / 32).max(1)
+    }
+
     /// The harness of the exclusion tests: 4 unpinned threads per allowed CPU, started together, each makes
-    /// `rounds` successful `try_hold(cpu)` calls on the CPU it runs on, increments a plain per-CPU counter (load,
-    /// store) while holding, then runs the release `try_hold` returned. Returns the thread count and the sum of
-    /// the counters, which falls short of `threads × rounds` if two threads of one CPU held at once.
+    /// `per_thread_rounds(rounds)` successful `try_hold(cpu)` calls on the CPU it runs on, increments a plain
+    /// per-CPU counter (load, store) while holding, then runs the release `try_hold` returned. Returns the holds
+    /// made and the sum of the counters, which falls short of the holds if two threads of one CPU held at once.
     #[cfg(target_arch = "x86_64")]
     pub(crate) fn per_cpu_exclusion<R: FnOnce()>(
         rounds: u64,
         try_hold: impl Fn(usize) -> Option<R> + Sync,
-    ) -> (usize, u64) {
+    ) -> (u64, u64) {
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
         let counts: Vec<AtomicU64> = (0..possible_cpus()).map(|_| AtomicU64::new(0)).collect();
         let threads = 4 * affinity().unwrap().len();
+        let rounds = per_thread_rounds(rounds, threads);
         let start = std::sync::Barrier::new(threads);
         std::thread::scope(|s| {
             for _ in 0..threads {
@@ -890,7 +907,7 @@ pub(crate) mod tests {
                 });
             }
         });
-        (threads, counts.iter().map(|c| c.load(Relaxed)).sum())
+        (threads as u64 * rounds, counts.iter().map(|c| c.load(Relaxed)).sum())
     }
 
     /// The restartable sequence excludes the threads of one CPU (design.md §4.1.1): 4 unpinned threads per
@@ -908,12 +925,12 @@ pub(crate) mod tests {
         let idle = ONCPU | 7;
         let mode = AtomicU32::new(ONCPU);
         let slots: Vec<AtomicU32> = (0..cpus).map(|_| AtomicU32::new(idle)).collect();
-        let (threads, total) = per_cpu_exclusion(rounds, |cpu| {
+        let (holds, total) = per_cpu_exclusion(rounds, |cpu| {
             let slot = &slots[cpu];
             (slot.load(Relaxed) == idle && rseq::store_if(rseq::area(), cpu as u32, &mode, slot, idle, idle | BUSY))
                 .then_some(move || slot.store(idle, Release))
         });
-        assert_eq!(total, threads as u64 * rounds, "two threads held one CPU's slot at once");
+        assert_eq!(total, holds, "two threads held one CPU's slot at once");
         // The mode check inside the sequence: without ONCPU nothing commits.
         mode.store(0, Relaxed);
         let cpu = rseq::cpu_id().unwrap();
@@ -942,6 +959,7 @@ pub(crate) mod tests {
         let slots: Vec<AtomicU32> = (0..cpus).map(|_| AtomicU32::new(idle)).collect();
         let cells: Vec<AtomicU64> = (0..cpus).map(|_| AtomicU64::new(0)).collect();
         let threads = 4 * affinity().unwrap().len();
+        let rounds = per_thread_rounds(rounds, threads);
         let start = std::sync::Barrier::new(threads);
         let commits: u64 = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
@@ -1053,10 +1071,10 @@ pub(crate) mod tests {
             // to which pthread_kill may send (or report ESRCH).
             let rc = unsafe { libc::pthread_kill(worker.as_pthread_t(), libc::SIGUSR2) };
             assert_eq!(rc, 0, "pthread_kill failed after {sent} signals");
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let deadline = std::time::Instant::now() + patience(30);
             while HANDLED.load(Relaxed) == sent {
                 assert!(!worker.is_finished(), "the worker ended with signal {} pending", sent + 1);
-                assert!(std::time::Instant::now() < deadline, "signal {} not handled in 30 s", sent + 1);
+                assert!(std::time::Instant::now() < deadline, "signal {} not handled in {:?}", sent + 1, patience(30));
                 std::thread::yield_now();
             }
         }

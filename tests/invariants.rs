@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Gate, Occupancy, Payload, StopOnDrop};
+use common::{patience, Gate, Occupancy, Payload, StopOnDrop};
 use mmcid::{CidKind, CpuSet, Error, Group, Mode};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
@@ -69,6 +69,10 @@ fn churn_with(
     // everyone carries on (gate D). The test thread looks at the group between the gates.
     let gate = Arc::new(Gate::new(workers + 2));
     let draining = Arc::new(AtomicBool::new(false));
+    // In the first round and the first after the drain every worker registers before any enters: more workers
+    // than `max_cids` are users at once, so the group goes per-CPU in both halves on any machine (left to thread
+    // start-up, a worker could finish its rounds before the last one started, as in a 16-vCPU guest).
+    let registered = Arc::new(Gate::new(workers));
     // I2 hard bound: below users + K·cores, and users never exceed the workers plus the churner's 5 extras.
     let hard_bound = workers + 5 + group.cids_per_core() * group.cores();
     // The workers' last round waits for `alongside` to have returned, so that the churn goes on after it however
@@ -78,6 +82,7 @@ fn churn_with(
     for w in 0..workers {
         let (group, occ, payload, guards) = (group.clone(), occ.clone(), payload.clone(), guards.clone());
         let (gate, draining, side_done) = (gate.clone(), draining.clone(), side_done.clone());
+        let registered = registered.clone();
         handles.push(thread::spawn(move || {
             for round in 0..rounds {
                 if round == rounds / 2 {
@@ -107,6 +112,9 @@ fn churn_with(
                     }
                 }
                 let mut reg = group.register();
+                if round == 0 || round == rounds / 2 {
+                    registered.wait();
+                }
                 if virtual_cores.is_some() {
                     reg.set_cpu(Some((w + round) % cores)).unwrap();
                 }
@@ -352,25 +360,31 @@ fn i4_steal_by_a_core_outside_the_allowed_set_rseq_and_cas() {
 /// rounds, so the population can cross the per-task/per-CPU boundary both ways and pass through one user, where
 /// convergence steals a parked CID from the other core (a claim against the sequences; how often is up to the
 /// scheduler, so the counts are printed: `i4_steal_from_an_idle_core_rseq_and_cas` makes the steal for sure).
-/// Run with CAS borrows too,
-/// as the baseline of the same checks.
+/// Every worker registers before any enters, so the group is per-CPU at the start on any machine. 2000 enters per
+/// round on 2 cores, the same total spread over the workers of a larger machine (`common::per_thread`). Run with
+/// CAS borrows too, as the baseline of the same checks.
 #[test]
 fn i1_i8_borrows_against_preemption_and_switches() {
     const ROUNDS: usize = 30;
-    const ENTERS: usize = 2000;
     for (rseq, k) in [(true, 1), (false, 1), (true, mmcid::MAX_CIDS_PER_CORE), (false, mmcid::MAX_CIDS_PER_CORE)] {
         let group = Group::builder().restartable_sequences(rseq).cids_per_core(k).build().unwrap();
         assert_eq!(group.uses_rseq(), rseq && rseq_expected());
         let workers = 4 * group.cpus().len();
+        let enters = common::per_thread(2000, workers) as usize;
         let occ = Arc::new(Occupancy::new(4096));
         let payload = Arc::new(Payload::new(4096));
+        let registered = Arc::new(Gate::new(workers));
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let (group, occ, payload) = (group.clone(), occ.clone(), payload.clone());
+                let (group, occ, payload, registered) =
+                    (group.clone(), occ.clone(), payload.clone(), registered.clone());
                 thread::spawn(move || {
                     for round in 0..ROUNDS {
                         let mut reg = group.register();
-                        for _ in 0..ENTERS {
+                        if round == 0 {
+                            registered.wait(); // 4 users per core: per-CPU mode
+                        }
+                        for _ in 0..enters {
                             let guard = reg.enter();
                             let cid = guard.cid().get();
                             occ.enter(cid);
@@ -387,14 +401,14 @@ fn i1_i8_borrows_against_preemption_and_switches() {
             h.join().unwrap();
         }
         assert_eq!(occ.held(), 0);
-        let total = (workers * ROUNDS * ENTERS) as u64;
+        let total = (workers * ROUNDS * enters) as u64;
         assert_eq!(payload.sum(), total, "I8/I1: a plain per-CID increment was lost (rseq {rseq})");
         let s = group.stats();
         // With one CID per core, per-CPU mode lasts until the last rounds (the kernel's rules); with CID sets the
         // occupancy switch (design.md §3.1) may end it early, so only the kernel's design is held to borrowing.
         assert!(k > 1 || s.enter_cpu_fast > 0, "per-CPU borrows exercised: {s:?}");
-        // Per-CPU at least once (more workers than cores). (How often the rounds cross back before the end,
-        // through a moment with no user, is up to the scheduler: printed, not asserted.)
+        // Per-CPU at least once (every worker registered at the start). (How often the rounds cross back before
+        // the end, through a moment with no user, is up to the scheduler: printed, not asserted.)
         assert!(s.switches_to_per_cpu >= 1, "never per-CPU: {s:?}");
         eprintln!(
             "rseq {rseq}, {k} CIDs per core: {} borrows, {} extra, {} temporaries, {} steals, switches {} / {}",
@@ -896,7 +910,7 @@ fn i6_nobody_waits_for_a_guard_holder() {
         drop(other);
     });
     // A deadlock detector, not a time budget.
-    let (cid, kind, mode_back, mode_forth) = done_rx.recv_timeout(Duration::from_secs(30)).expect("I6: blocked");
+    let (cid, kind, mode_back, mode_forth) = done_rx.recv_timeout(patience(30)).expect("I6: blocked");
     assert_ne!(cid, held);
     assert_eq!(kind, CidKind::Temporary);
     assert_eq!((mode_back, mode_forth), (Mode::PerTask, Mode::PerCpu));
@@ -1205,7 +1219,7 @@ fn kernel_bpf_ci_fifth_thread_while_migrating() {
         switched.store(true, SeqCst);
         for _ in 0..4 {
             // A deadlock detector, not a time budget.
-            done_rx.recv_timeout(Duration::from_secs(30)).expect("a worker livelocked or died");
+            done_rx.recv_timeout(patience(30)).expect("a worker livelocked or died");
         }
         handles.into_iter().for_each(|h| h.join().unwrap());
         drop(fifth);
@@ -1402,21 +1416,45 @@ fn transitional_cid_adopted_by_core_after_switch() {
 }
 
 /// I1 on the per-CPU fast path: many threads entering on one core race for its slot; only the CAS keeps two of
-/// them from borrowing the same CID.
+/// them from borrowing the same CID. Both paths are forced, whatever the machine: first a guard holds the core's
+/// CID while every thread enters on that core, so each of those enters must take a temporary; then the threads,
+/// started together, race for the free slot (how often they collide is up to the scheduler, and the occupancy
+/// checker holds either way).
 #[test]
 fn i1_same_core_contention_per_cpu() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 3000;
     let group = sim(2);
     let occ = Arc::new(Occupancy::new(64));
     let payload = Arc::new(Payload::new(64));
-    let regs: Vec<_> = (0..4).map(|_| group.register()).collect();
+    let mut holder = group.register();
+    holder.set_cpu(Some(0)).unwrap();
+    let regs: Vec<_> = (0..THREADS).map(|_| group.register()).collect();
     assert_eq!(group.mode(), Mode::PerCpu);
+    let held = holder.enter();
+    assert_eq!(held.kind(), CidKind::Core(0));
+    occ.enter(held.cid().get());
+    // Every thread enters once while the core's CID is held, then all wait for the release.
+    let (entered, released) = (Arc::new(Gate::new(THREADS + 1)), Arc::new(Gate::new(THREADS + 1)));
+    let start = Arc::new(Gate::new(THREADS));
     let handles: Vec<_> = regs
         .into_iter()
         .map(|mut reg| {
             let (occ, payload) = (occ.clone(), payload.clone());
+            let (entered, released, start) = (entered.clone(), released.clone(), start.clone());
             thread::spawn(move || {
                 reg.set_cpu(Some(0)).unwrap();
-                for _ in 0..3000 {
+                {
+                    let g = reg.enter();
+                    assert_eq!(g.kind(), CidKind::Temporary, "core 0's CID is held by another guard");
+                    occ.enter(g.cid().get());
+                    payload.bump(g.cid().get());
+                    occ.exit(g.cid().get());
+                }
+                entered.wait();
+                released.wait();
+                start.wait(); // all at once, so that the threads of the core overlap where the machine lets them
+                for _ in 0..ROUNDS {
                     let g = reg.enter();
                     let cid = g.cid().get();
                     occ.enter(cid);
@@ -1426,12 +1464,17 @@ fn i1_same_core_contention_per_cpu() {
             })
         })
         .collect();
+    entered.wait();
+    occ.exit(held.cid().get());
+    drop(held);
+    released.wait();
     for h in handles {
         h.join().unwrap();
     }
-    assert_eq!(payload.sum(), 4 * 3000);
+    assert_eq!(payload.sum(), (THREADS * (ROUNDS + 1)) as u64);
     let s = group.stats();
-    assert!(s.enter_cpu_fast > 0 && s.enter_temporary > 0, "both paths exercised: {s:?}");
+    assert!(s.enter_cpu_fast >= 1 && s.enter_temporary >= THREADS as u64, "both paths exercised: {s:?}");
+    drop(holder);
     assert_quiescent_empty(&group);
 }
 

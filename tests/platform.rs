@@ -13,7 +13,7 @@ use common::Occupancy;
 use mmcid::{CidKind, CpuSet, Group, Mode, ShardedCounter};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,14 @@ fn in_child(limit: Duration, child: impl FnOnce() -> i32) -> Child {
         }
         thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Writes `line` to the process's standard error directly: in a forked child, `eprintln!` would go to the test
+/// harness's capture buffer of the thread that forked, which the child never hands back.
+fn to_stderr(line: &str) {
+    let line = format!("{line}\n");
+    // SAFETY: the pointer and length describe `line`'s bytes, alive for the call.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
 /// Installs a seccomp filter on the calling process's threads that makes every `membarrier` fail with EPERM
@@ -150,14 +158,19 @@ fn a_membarrier_refused_for_good_does_not_abort_and_stays_exclusive() {
         if !audit.is_consistent() || audit.bits != 0 {
             return 12;
         }
-        // 2. Churn across both modes with an independent exclusivity check.
+        // 2. Churn across both modes with an independent exclusivity check. In the first round every worker
+        // registers before any enters: 6 users of 4 cores, per-CPU at least once on any machine.
         let occ = Arc::new(Occupancy::new(4096));
+        let registered = Arc::new(Barrier::new(6));
         let workers: Vec<_> = (0..6)
             .map(|w| {
-                let (sim, occ) = (sim.clone(), occ.clone());
+                let (sim, occ, registered) = (sim.clone(), occ.clone(), registered.clone());
                 thread::spawn(move || {
                     for round in 0..200 {
                         let mut reg = sim.register();
+                        if round == 0 {
+                            registered.wait();
+                        }
                         reg.set_cpu(Some((w + round) % 4)).unwrap();
                         for _ in 0..20 {
                             let g = reg.enter();
@@ -176,6 +189,7 @@ fn a_membarrier_refused_for_good_does_not_abort_and_stays_exclusive() {
         }
         let audit = sim.audit();
         if !audit.is_consistent() || audit.bits != 0 || sim.mode() != Mode::PerTask {
+            to_stderr(&format!("after the churn: mode {:?}, {audit:?}, {:?}", sim.mode(), sim.stats()));
             return 14;
         }
         let s = sim.stats();

@@ -1,6 +1,9 @@
 //! The runtime: pinning verified on every core, CIDs exclusive and compact across runtime threads in both modes,
 //! panics propagated and released (I7), typed errors for every bad input (I9), the thread view, joining on drop.
 
+mod common;
+
+use common::patience;
 use mmcid::{current, CidKind, CpuSet, Error, Group, Mode, Runtime};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -56,8 +59,8 @@ impl Phases {
             return;
         }
         // A participant that never arrives (its prologue failed before the closure made its breaker) fails the
-        // test after 30 s instead of hanging it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // test after 30 s (`patience`) instead of hanging it.
+        let deadline = std::time::Instant::now() + patience(30);
         while st.0 == generation && !st.2 {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             assert!(!left.is_zero(), "a participant never arrived (generation {generation})");
@@ -711,8 +714,8 @@ fn a_runtime_dropped_by_its_own_thread_joins_the_others() {
     let flag = Arc::clone(&exited);
     let other = rt.spawn(move |_| {
         at_exit(move || {
-            // No word in 30 s (a deadlock): leave the flag unset, for the test to fail.
-            if dropping.recv_timeout(Duration::from_secs(30)).is_ok() {
+            // No word in 30 s (a deadlock; `patience`): leave the flag unset, for the test to fail.
+            if dropping.recv_timeout(patience(30)).is_ok() {
                 thread::sleep(Duration::from_millis(50));
                 flag.store(true, Ordering::SeqCst);
             }
@@ -769,8 +772,7 @@ fn drop_while_a_runtime_thread_joins_another() {
             drop(rt);
             done_tx.send(result.recv().unwrap()).unwrap();
         });
-        let (joined, drop_held_c) =
-            done_rx.recv_timeout(Duration::from_secs(30)).expect("dropping the runtime deadlocked");
+        let (joined, drop_held_c) = done_rx.recv_timeout(patience(30)).expect("dropping the runtime deadlocked");
         assert_eq!(joined, Some(7), "B's join of C");
         if drop_held_c {
             return;
@@ -799,5 +801,5 @@ fn joining_oneself_is_a_typed_error() {
         drop(rt);
         done_tx.send(()).unwrap();
     });
-    assert!(done_rx.recv_timeout(Duration::from_secs(20)).is_ok(), "joining oneself hung");
+    assert!(done_rx.recv_timeout(patience(20)).is_ok(), "joining oneself hung");
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Gate, StopOnDrop};
+use common::{patience, Gate, StopOnDrop};
 use mmcid::{CidGuard, CpuSet, Error, Group, PerCid, Registration, ShardedCounter};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -139,7 +139,8 @@ fn counter_conservation_under_churn() {
 /// Conservation on the machine's real cores, where per-CPU adds are restartable sequences (design.md §9.2) when
 /// the platform has rseq: 4 threads per core add and subtract through `add`/`sub` (some of them must commit as
 /// sequences, `Stats::counter_sequences`; the share is printed) and, one operation in
-/// eight, under a guard of their own registration (`add_with`); threads
+/// eight, under a guard of their own registration (`add_with`); 100 000 operations per thread and round on 2
+/// cores, the same total spread over the threads of a larger machine (`common::per_thread`); threads
 /// re-register every round, so the group crosses into per-CPU mode (on 2 cores it goes back only at the end).
 /// The same with rseq off. It checks the whole-counter bookkeeping across both paths; the races themselves are
 /// checked where they can be forced: `counter::tests::sequence_adds_never_touch_a_held_cid` (a guard holder and
@@ -150,6 +151,7 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
         let group = Group::builder().restartable_sequences(rseq).build().unwrap();
         let counter = ShardedCounter::new(&group);
         let threads = 4 * group.cpus().len();
+        let ops = common::per_thread(100_000, threads);
         let start = Gate::new(threads);
         let nets: Vec<u64> = thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
@@ -160,7 +162,7 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
                         for round in 0..4u64 {
                             let mut reg = group.register();
                             start.wait(); // every round runs all threads at once
-                            for i in 0..100_000u64 {
+                            for i in 0..ops {
                                 let v = (i * 7 + t as u64 + round) % 13;
                                 match i % 8 {
                                     3 => {
@@ -195,7 +197,7 @@ fn counter_conservation_with_sequence_adds_on_real_cores() {
         // or migrated inside it and then falls back to the guard path, so on a loaded machine the share depends on
         // the scheduler (on an idle 2-core machine it is most of the adds); a regression that stops sequences from
         // committing at all still fails here, and the printed share shows a partial one.
-        let adds = threads as u64 * 4 * 100_000 * 7 / 8;
+        let adds = threads as u64 * 4 * ops * 7 / 8;
         match rseq && group.uses_rseq() {
             true => {
                 eprintln!(
@@ -535,7 +537,7 @@ fn hand_over_needs_no_atomics_inside_the_guard() {
     // threads of that core get in turn as well). Every 16th increment yields between its read and its write, so
     // the core's other thread runs while the CID is held. Each thread goes on past its 2000 increments until 200
     // hand-overs (a shard last written by another thread) were seen, counted in the shards themselves: without
-    // them the total would check nothing. Not reaching them in 30 s fails the test (a deadlock detector: an idle
+    // them the total would check nothing. Not reaching them in 30 s (`patience`) fails the test (a deadlock detector: an idle
     // 2-core machine sees thousands in well under a second).
     const THREADS: usize = 4;
     const MIN_OPS: u64 = 2_000;
@@ -545,7 +547,7 @@ fn hand_over_needs_no_atomics_inside_the_guard() {
     let group = Group::builder().virtual_cpus(2).cids_per_core(1).build().unwrap();
     let mut per_cid: PerCid<Tally> = PerCid::new(&group);
     let (registered, hand_overs) = (Gate::new(THREADS), AtomicUsize::new(0));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + patience(30);
     let ops: u64 = thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
@@ -559,8 +561,9 @@ fn hand_over_needs_no_atomics_inside_the_guard() {
                     while i < MIN_OPS || hand_overs.load(Relaxed) < MIN_HAND_OVERS {
                         assert!(
                             std::time::Instant::now() < deadline,
-                            "{} hand-overs in 30 s",
-                            hand_overs.load(Relaxed)
+                            "{} hand-overs in {:?}",
+                            hand_overs.load(Relaxed),
+                            patience(30)
                         );
                         let mut guard = reg.enter();
                         let tally = per_cid.get_mut(&mut guard);

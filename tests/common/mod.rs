@@ -4,6 +4,21 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
+/// How long a deadlock detector waits: `secs` seconds, times the whole number in the environment variable
+/// `MMCID_TEST_TIME_SCALE` (default 1) on a machine far slower than real hardware (`scripts/vm-test.sh` sets it
+/// in its emulated guests, where 64 vCPUs share 2 host cores).
+pub fn patience(secs: u64) -> std::time::Duration {
+    let scale = std::env::var("MMCID_TEST_TIME_SCALE").ok().and_then(|s| s.parse::<u64>().ok()).filter(|&s| s >= 1);
+    std::time::Duration::from_secs(secs.saturating_mul(scale.unwrap_or(1)))
+}
+
+/// Operations for each of `threads` threads of a test written for `n` per thread on 2 CPUs with 4 threads per
+/// CPU (8 threads): the same total, so that the test costs about the same CPU time on any machine (a 64-CPU
+/// guest under emulation included), but at least `n / 32` each.
+pub fn per_thread(n: u64, threads: usize) -> u64 {
+    (n * 8 / threads.max(1) as u64).max(n / 32).max(1)
+}
+
 /// A per-CID occupancy counter that must never exceed 1 (I1), independent of the library.
 pub struct Occupancy {
     slots: Vec<AtomicUsize>,
@@ -88,8 +103,8 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// A reusable barrier for `parties` threads whose `wait` panics after 30 s instead of hanging the test run when
-/// a party is gone (e.g. it failed an assertion).
+/// A reusable barrier for `parties` threads whose `wait` panics after 30 s (`patience`) instead of hanging the
+/// test run when a party is gone (e.g. it failed an assertion).
 pub struct Gate {
     parties: usize,
     state: std::sync::Mutex<(usize, u64)>,
@@ -110,7 +125,7 @@ impl Gate {
             self.cv.notify_all();
             return;
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + patience(30);
         while s.1 == generation {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             assert!(!left.is_zero(), "a party of the gate never came (generation {generation})");
