@@ -854,7 +854,7 @@ impl ThreadView {
     /// innermost, until the thread's last guard drops. So it never shows a CID the thread no longer holds, except
     /// after a `mem::forget`: a guard passed to `mem::forget` is never dropped, so for the rest of the thread the
     /// view counts it as live: it shows the forgotten guard's CID whenever no later guard is live (also after its
-    /// registration's next enter or drop gave the CID back, [`CidGuard`](crate::CidGuard)), and after an
+    /// registration's next enter or drop gave the CID back, [`CidGuard`]), and after an
     /// out-of-order drop it stays `None` outside later guards.
     #[inline]
     pub fn cid(&self) -> Option<Cid> {
