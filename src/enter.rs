@@ -185,6 +185,24 @@ impl Registration {
         }
     }
 
+    /// A borrow succeeded while we still held `spare` (the CID our registration gave up): the core already owns
+    /// the CID we borrowed, so ours is surplus and goes back to the bitmap (I5: no set bit without an owner).
+    fn free_spare(&self, spare: &mut Option<u32>) {
+        if let Some(x) = spare.take() {
+            self.group.inner.bitmap.clear(x);
+            self.rec.counters.bump(Ev::BitmapClear);
+        }
+    }
+
+    /// The CID to donate into an EMPTY slot: `spare` if we hold one, else a fresh one from the bitmap.
+    fn spare_or_fresh(&self, spare: &mut Option<u32>) -> u32 {
+        spare.take().unwrap_or_else(|| {
+            self.rec.counters.bump(Ev::Alloc);
+            self.rec.counters.bump(Ev::BitmapSet);
+            self.group.inner.bitmap.get()
+        })
+    }
+
     /// An extra slot of core `cpu` (`1..K`, design.md §2.6): the first idle one, borrowed as the first slot is (and
     /// then `spare`, the CID our registration gave up, is surplus and goes back to the bitmap); else the first EMPTY
     /// one, into which `spare` or a fresh CID is donated (`EMPTY → ONCPU|BUSY|n`). `None` if every extra slot is
@@ -197,10 +215,7 @@ impl Registration {
             let s = slot.load(Relaxed);
             if let Some(cid) = slot::idle_cid(s) {
                 if g.borrow_slot(at, s) {
-                    if let Some(x) = spare.take() {
-                        g.bitmap.clear(x); // as after the first slot's borrow: the core already owns one
-                        self.rec.counters.bump(Ev::BitmapClear);
-                    }
+                    self.free_spare(spare);
                     return Some(Held::Core { at: at as u32, cid });
                 }
             } else if s == EMPTY && empty.is_none() {
@@ -208,12 +223,7 @@ impl Registration {
             }
         }
         let at = empty?;
-        let c = &self.rec.counters;
-        let n = spare.take().unwrap_or_else(|| {
-            c.bump(Ev::Alloc);
-            c.bump(Ev::BitmapSet);
-            g.bitmap.get()
-        });
+        let n = self.spare_or_fresh(spare);
         // Relaxed: as the first slot's donation (`enter_core_owned`): nobody reads a BUSY slot for data, `n`'s history
         // came with it and our X1 (Release) hands it on (I8).
         if g.slot(at).compare_exchange(EMPTY, slot::busy(n), Relaxed, Relaxed).is_ok() {
@@ -350,18 +360,11 @@ impl Registration {
             let s = slot.load(Relaxed);
             if let Some(owned) = slot::idle_cid(s) {
                 if g.borrow_slot(at, s) {
-                    if let Some(x) = spare.take() {
-                        g.bitmap.clear(x); // the core already owns one: ours is surplus
-                        c.bump(Ev::BitmapClear);
-                    }
+                    self.free_spare(&mut spare);
                     return Held::Core { at: at as u32, cid: self.converge_core(at, owned, max) };
                 }
             } else if s == EMPTY {
-                let n = spare.take().unwrap_or_else(|| {
-                    c.bump(Ev::BitmapSet);
-                    c.bump(Ev::Alloc);
-                    g.bitmap.get()
-                });
+                let n = self.spare_or_fresh(&mut spare);
                 // Relaxed: nobody reads a BUSY slot for data (walks and claims skip it); `n`'s history came
                 // with it (our word, or the bitmap's Acquire), and our X1 (Release) hands it on (I8).
                 if slot.compare_exchange(EMPTY, slot::busy(n), Relaxed, Relaxed).is_ok() {
