@@ -265,11 +265,25 @@ enum Child {
     Hung,
 }
 
+/// No other test forks, or holds a group's claim lock by hand, while this is alive (`fork::tests::FORKS`).
+fn forks_excluded() -> std::sync::RwLockWriteGuard<'static, ()> {
+    crate::fork::tests::FORKS.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Forks: the child runs `child` and `_exit`s with its result (101 if it panicked); the parent runs `parent` as
 /// soon as `fork` returns there, then waits up to 10 s for the child. The child prints nothing (another thread may
 /// have held the output lock at the fork).
 fn in_child(parent: impl FnOnce(), child: impl FnOnce() -> i32) -> Child {
-    let _forking = crate::fork::tests::FORKS.write().unwrap_or_else(|e| e.into_inner());
+    let forking = forks_excluded();
+    fork_excluded(&forking, parent, child)
+}
+
+/// `in_child` for a caller that already excludes other tests' forks.
+fn fork_excluded(
+    _forking: &std::sync::RwLockWriteGuard<'static, ()>,
+    parent: impl FnOnce(),
+    child: impl FnOnce() -> i32,
+) -> Child {
     // SAFETY: fork has no preconditions; the child runs `child` and `_exit`s, never returning into the harness.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
@@ -307,15 +321,21 @@ fn in_child(parent: impl FnOnce(), child: impl FnOnce() -> i32) -> Child {
 /// Another thread holds `lock` (taken by `take`, given back by `give_back`) for 200 ms; the test forks while it
 /// does (it waits until the lock is held). Returns whether the lock was being given back by the time `fork`
 /// returned in the parent, and how the child ended.
+///
+/// Other tests' forks are excluded from before the lock is taken: every fork's prepare handler holds every live
+/// group's locks, this test's group included, so a claim lock tried during another test's fork is found held
+/// (that made this test's holder fail to take it, in some runs in many-CPU guests). And the holder owns the
+/// sender: a holder that fails before it holds the lock fails the test instead of leaving it waiting for ever.
 fn fork_while_held<L>(
     take: impl FnOnce() -> L + Send,
     give_back: impl FnOnce(L) + Send,
     child: impl FnOnce() -> i32,
 ) -> (bool, Child) {
-    let released = std::sync::atomic::AtomicBool::new(false);
+    let forking = forks_excluded();
+    let released = &std::sync::atomic::AtomicBool::new(false);
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
-        s.spawn(|| {
+        s.spawn(move || {
             let lock = take();
             held_tx.send(()).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(200));
@@ -324,9 +344,9 @@ fn fork_while_held<L>(
             released.store(true, SeqCst);
             give_back(lock);
         });
-        held_rx.recv().unwrap();
+        held_rx.recv().expect("the other thread did not take the lock");
         let mut released_at_fork = false;
-        let child = in_child(|| released_at_fork = released.load(SeqCst), child);
+        let child = fork_excluded(&forking, || released_at_fork = released.load(SeqCst), child);
         (released_at_fork, child)
     })
 }
