@@ -18,7 +18,8 @@
 #   --repeat N           run the selection N times in the same boot, interleaved [1]
 #   --release            release test binaries (debug assertions off) instead of cargo test's debug ones
 #   --timeout S          limit for the whole guest, boot included [3600 per --repeat]
-#   --binary-timeout S   limit for one binary inside the guest (killed, reported as failed) [1200]
+#   --binary-timeout S   limit for one binary inside the guest (its threads listed, killed, reported as failed)
+#                        [1200]
 #   --mem MIB            guest memory [2048 + twice the initramfs]
 #   --accel A            auto | kvm | tcg: auto uses KVM when a probe guest boots with it, TCG otherwise [auto]
 #   --time-scale N       MMCID_TEST_TIME_SCALE in the guest: the tests' deadlock detectors wait N times longer
@@ -567,13 +568,30 @@ while :; do
     [ $switch_at -gt $m ] && break
     switch_at=$((switch_at + 1))
 done
-# run LABEL CMD...: one binary, between markers, killed after the binary timeout.
+# threads PID: what each thread of a binary that ran out of time is doing (name, state, the kernel function it
+# waits in, its system call with the user stack pointer and program counter, its kernel stack).
+threads() {
+    echo "@@VMTEST TIMEOUT: the threads of pid $1 before it is killed"
+    for t in /proc/$1/task/*; do
+        name=$(cat $t/comm 2>/dev/null) || continue # ended meanwhile
+        echo "-- tid ${t##*/} $name: $(grep State: $t/status 2>/dev/null)," \
+            "wchan $(cat $t/wchan 2>/dev/null), syscall $(cat $t/syscall 2>/dev/null)"
+        cat $t/stack 2>/dev/null
+    done
+    grep " /t/" /proc/$1/maps 2>/dev/null | head -1
+}
+# run LABEL CMD...: one binary, between markers; after the binary timeout its threads are listed and it is killed.
 run() {
     label=$1
     shift
     echo "@@VMTEST BEGIN $label"
-    timeout -s KILL "$binary_timeout" "$@"
+    "$@" &
+    pid=$!
+    (sleep "$binary_timeout" && threads $pid && kill -KILL $pid) &
+    watchdog=$!
+    wait $pid
     rc=$?
+    kill $watchdog 2>/dev/null
     printf '\n@@VMTEST DONE %s rc=%s\n' "$label" "$rc"
 }
 EOF
