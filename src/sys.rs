@@ -999,7 +999,12 @@ pub(crate) mod tests {
                 assert!(!rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
                 assert_eq!(cells.iter().map(|c| c.load(Relaxed)).sum::<u64>(), total);
                 mode.store(ONCPU, Relaxed);
-                assert!(rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+                // A pinned thread's sequence still aborts when it is preempted inside it (seen once in thirty runs
+                // of a 16-vCPU guest): one of a thousand tries must commit, and only one add lands.
+                let committed =
+                    (0..1000).any(|_| rseq::add_if(rseq::area(), cpu as u32, &mode, &slots[cpu], idle, &cells[cpu], 1));
+                assert!(committed, "no sequence committed in 1000 tries with the right word and mode");
+                assert_eq!(cells.iter().map(|c| c.load(Relaxed)).sum::<u64>(), total + 1);
             });
         });
     }
