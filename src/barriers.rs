@@ -14,9 +14,6 @@ use crate::sync::{compiler_fence, fence, Ordering};
 #[cfg(not(loom))]
 use crate::sys;
 
-/// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
-pub(crate) const NOT_A_MODE: u32 = u32::MAX;
-
 impl Inner {
     /// Light side of the Dekker pairs (E2, X2): a compiler fence when the heavy side uses membarrier, else a
     /// full fence. Pairs with `heavy_barrier` (F2). See design.md §5.1. The fast paths split it in two: the

@@ -130,7 +130,7 @@ impl CpuSet {
     /// assert!(matches!(CpuSet::virtual_set([usize::MAX]), Err(Error::CpuOutOfRange { .. })));
     /// ```
     pub fn virtual_set<I: IntoIterator<Item = usize>>(cpus: I) -> Result<CpuSet, Error> {
-        CpuSet::below(cpus, crate::group::MAX_CPUS)
+        CpuSet::below(cpus, crate::sys::MAX_CPUS)
     }
 
     /// A non-empty set of CPUs each below `limit`; checks every CPU before it sizes the set, so a huge number is
@@ -223,7 +223,7 @@ mod tests {
         // failed multi-terabyte allocation).
         for cpu in [1 << 40, usize::MAX] {
             assert_eq!(CpuSet::from_cpus([0, cpu]), Err(Error::CpuOutOfRange { cpu, possible }));
-            let max = crate::group::MAX_CPUS;
+            let max = crate::sys::MAX_CPUS;
             assert_eq!(CpuSet::virtual_set([cpu]), Err(Error::CpuOutOfRange { cpu, possible: max }));
         }
         assert_eq!(CpuSet::virtual_set([]), Err(Error::EmptyCpuSet));

@@ -13,7 +13,6 @@ use crate::group::Inner;
 use crate::guard::{CidGuard, Entered, Held};
 use crate::mutants::Mutant;
 use crate::registration::Registration;
-use crate::slots::{core_of, slot_at, MAX_CIDS_PER_CORE};
 use crate::state::*;
 use crate::stats::Ev;
 use crate::sync::{compiler_fence, Ordering::*};

@@ -12,7 +12,6 @@
 use crate::guard::{Entered, Held};
 use crate::mutants::Mutant;
 use crate::registration::Registration;
-use crate::slots::{core_of, slot_at};
 use crate::state::*;
 use crate::stats::Ev;
 use crate::sync::{compiler_fence, Ordering::*};

@@ -7,18 +7,20 @@
 //! `barriers.rs`, `switches.rs`, `enter.rs` and `exit.rs` (the registration's state machines), `guard.rs`, and
 //! `local.rs` (the thread-local layer, with `Group::enter`).
 
-use crate::barriers::NOT_A_MODE;
 use crate::bitmap::{Bitmap, MAX_BITS};
 use crate::mutants::Knob;
 #[cfg(loom)]
 use crate::mutants::Mutant;
 use crate::registration::{RegRec, Registration};
-use crate::slots::{CoreSlots, MAX_CIDS_PER_CORE};
 use crate::state::*;
 use crate::stats::{Counters, Ev, Stats};
 use crate::sync::{Arc, AtomicU32, AtomicUsize, Mutex, Ordering};
+use crate::sys::MAX_CPUS;
 use crate::{sys, CpuSet, Error};
 use crossbeam_utils::CachePadded;
+
+/// A core's slot words (design.md §2.3, §2.6), on the core's own cache lines.
+pub(crate) type CoreSlots = CachePadded<[AtomicU32; MAX_CIDS_PER_CORE]>;
 
 /// One CID space shared by a group of threads: the user-space `mm`.
 ///
@@ -666,10 +668,6 @@ impl GroupBuilder {
 fn cids_per_core_limit(cores: usize) -> usize {
     (MAX_BITS / 2 / cores).clamp(1, MAX_CIDS_PER_CORE)
 }
-
-/// The most cores (virtual or real) a group covers: one cache-padded slot each, and the core number must fit the
-/// guard's packed record.
-pub(crate) const MAX_CPUS: usize = 1 << 16;
 
 fn next_group_id() -> u64 {
     // A plain std atomic even under loom: ids only need to differ, and loom must not see this static.

@@ -5,7 +5,7 @@
 //! names of what a guard holds: `Cid` and `CidKind`.
 
 use crate::registration::Registration;
-use crate::slots::core_of;
+use crate::state::core_of;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
@@ -277,9 +277,9 @@ fn drop_other(reg: NonNull<Registration>, entered: Entered, id: u64) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::group::MAX_CPUS;
-    use crate::slots::{slot_at, MAX_CIDS_PER_CORE};
     use crate::state::VALUE;
+    use crate::state::{slot_at, MAX_CIDS_PER_CORE};
+    use crate::sys::MAX_CPUS;
 
     /// The guard's packed record round-trips every kind at the extremes it must hold (29-bit CIDs, 16-bit cores and
     /// 4-bit slot numbers),

@@ -183,8 +183,7 @@ pub use percid::{IterVisited, PerCid};
 pub use registration::Registration;
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};
-pub use slots::MAX_CIDS_PER_CORE;
-pub use state::Mode;
+pub use state::{Mode, MAX_CIDS_PER_CORE};
 pub use stats::Stats;
 
 /// The crate's design documents, published with the API docs (their sources are `docs/*.md` in the package).

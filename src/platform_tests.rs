@@ -3,7 +3,7 @@
 //! A child module of `group`; the same failures from a real seccomp filter are `tests/platform.rs`.
 
 use super::*;
-use crate::slots::slot_at;
+use crate::state::slot_at;
 use crate::{CidKind, Mode};
 use std::sync::atomic::Ordering::*;
 

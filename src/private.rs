@@ -28,7 +28,7 @@ pub fn rseq_offset() -> Option<isize> {
 pub const MAX_CIDS: usize = crate::bitmap::MAX_BITS;
 
 /// The most cores (real or virtual) a group can have.
-pub const MAX_CPUS: usize = crate::group::MAX_CPUS;
+pub const MAX_CPUS: usize = crate::sys::MAX_CPUS;
 
 /// The group's process-unique id (what matches guards with data of the same group), for the `MmCid` policy's debug
 /// check that a registration belongs to its group.

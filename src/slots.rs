@@ -17,28 +17,6 @@ use crate::sync::{fence, AtomicU32, Ordering, Ordering::*};
 use crate::sys;
 #[cfg(loom)]
 use crate::Group;
-use crossbeam_utils::CachePadded;
-
-/// The most CIDs a core may own at once (design.md §2.6): its slot words fill one 64-byte line.
-pub const MAX_CIDS_PER_CORE: usize = 16;
-/// log2 of [`MAX_CIDS_PER_CORE`]: slot `j` of core `cpu` is slot index `cpu << SLOT_SHIFT | j`.
-pub(crate) const SLOT_SHIFT: u32 = 4;
-const _: () = assert!(1 << SLOT_SHIFT == MAX_CIDS_PER_CORE);
-
-/// A core's slot words (design.md §2.3, §2.6), on the core's own cache lines.
-pub(crate) type CoreSlots = CachePadded<[AtomicU32; MAX_CIDS_PER_CORE]>;
-
-/// The core of slot index `at`.
-#[inline(always)]
-pub(crate) fn core_of(at: usize) -> usize {
-    at >> SLOT_SHIFT
-}
-
-/// Slot index of slot `j` of core `cpu`.
-#[inline(always)]
-pub(crate) fn slot_at(cpu: usize, j: usize) -> usize {
-    cpu << SLOT_SHIFT | j
-}
 
 impl Inner {
     /// Slot word `at` (`slot_at(cpu, j)`, design.md §2.6).

@@ -41,6 +41,8 @@ pub(crate) mod mode {
     pub(crate) const PER_CPU: u32 = ONCPU;
     /// Mode word: CPU → task switch running.
     pub(crate) const TO_PER_TASK: u32 = TRANSIT;
+    /// `Hot::fast_task` and `Hot::fast_cpu` of a group without membarrier: not a mode word value.
+    pub(crate) const NOT_A_MODE: u32 = u32::MAX;
 }
 pub(crate) use mode::*;
 
@@ -134,6 +136,24 @@ pub(crate) mod slot {
     }
 }
 pub(crate) use slot::{BUSY, CLAIM, EMPTY};
+
+/// The most CIDs a core may own at once (design.md §2.6): its slot words fill one 64-byte line.
+pub const MAX_CIDS_PER_CORE: usize = 16;
+/// log2 of [`MAX_CIDS_PER_CORE`]: slot `j` of core `cpu` is slot index `cpu << SLOT_SHIFT | j`.
+pub(crate) const SLOT_SHIFT: u32 = 4;
+const _: () = assert!(1 << SLOT_SHIFT == MAX_CIDS_PER_CORE);
+
+/// The core of slot index `at`.
+#[inline(always)]
+pub(crate) fn core_of(at: usize) -> usize {
+    at >> SLOT_SHIFT
+}
+
+/// Slot index of slot `j` of core `cpu`.
+#[inline(always)]
+pub(crate) fn slot_at(cpu: usize, j: usize) -> usize {
+    cpu << SLOT_SHIFT | j
+}
 
 /// Who owns CIDs, and whether a switch is running. Read with [`Group::mode`](crate::Group::mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -3,6 +3,10 @@
 //! Under `cfg(loom)` these are deterministic mocks (tokio's `num_cpus() -> 2` idiom): models choose each thread's
 //! core explicitly with `Registration::set_cpu`.
 
+/// The most cores (virtual or real) a group covers: one cache-padded slot each, and the core number must fit the
+/// guard's packed record.
+pub(crate) const MAX_CPUS: usize = 1 << 16;
+
 #[cfg(not(loom))]
 mod imp {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -458,7 +462,7 @@ mod imp {
             (Some(n), None) => n.max(floor),
             (None, None) => conf.max(floor),
         };
-        cores.min(crate::group::MAX_CPUS)
+        cores.min(crate::sys::MAX_CPUS)
     }
 
     /// `sched_getaffinity` of thread `tid` (0: the caller) into a mask of `words` 64-bit words: the mask, or the
@@ -486,7 +490,7 @@ mod imp {
     /// halving the interval (a dozen calls at most, once per process). `None` if the call fails otherwise (a
     /// seccomp filter) or no mask up to `MAX_CPUS` bits is accepted.
     pub(crate) fn kernel_cpu_bound() -> Option<(usize, usize)> {
-        let most = crate::group::MAX_CPUS / 64;
+        let most = crate::sys::MAX_CPUS / 64;
         let (mut refused, mut accepted) = (0, 1);
         let mut mask = loop {
             match affinity_words(0, accepted) {
@@ -526,7 +530,7 @@ mod imp {
         loop {
             match affinity_words(tid, words) {
                 Ok(mask) => return Ok(cpus_in(&mask)),
-                Err(libc::EINVAL) if words < crate::group::MAX_CPUS / 64 => words *= 2,
+                Err(libc::EINVAL) if words < crate::sys::MAX_CPUS / 64 => words *= 2,
                 Err(e) => return Err(e),
             }
         }
@@ -534,7 +538,7 @@ mod imp {
 
     /// Pins the calling thread to one CPU (EINVAL for a CPU the kernel does not have).
     pub(crate) fn pin_current(cpu: usize) -> Result<(), i32> {
-        if cpu >= crate::group::MAX_CPUS {
+        if cpu >= crate::sys::MAX_CPUS {
             return Err(libc::EINVAL);
         }
         let mut mask = vec![0u64; cpu / 64 + 1];
@@ -761,7 +765,7 @@ pub(crate) mod tests {
     /// fourth and fifth, folding CPUs onto slots where restartable sequences never commit (checked by hand).
     #[test]
     fn possible_cpus_cover_every_cpu_the_kernel_can_report() {
-        let max = crate::group::MAX_CPUS;
+        let max = crate::sys::MAX_CPUS;
         for (sysfs, kernel, allowed, conf, want) in [
             (Some("0-1\n"), Some(64), Some(2), 2, 2),      // the kernel's file: exact
             (Some("0-3,8-11"), Some(64), Some(12), 8, 12), // gaps: the highest CPU counts, not how many
