@@ -9,8 +9,8 @@
 //! barrier's full fence without membarrier (`barriers.rs`), the bitmap, and the two switches an enter may try to
 //! start (`switches.rs`); the returned guard is `guard.rs`'s.
 
-use crate::group::Inner;
 use crate::guard::{CidGuard, Entered, Held};
+use crate::inner::Inner;
 use crate::mutants::Mutant;
 use crate::registration::Registration;
 use crate::state::*;

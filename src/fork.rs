@@ -23,7 +23,7 @@
 //! relies on the C library making `malloc` usable in the child, as glibc does. A `Runtime`'s threads are not in
 //! the child.
 
-use crate::group::{ForkHold, Inner};
+use crate::inner::{ForkHold, Inner};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError, Weak};
 

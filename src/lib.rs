@@ -144,7 +144,6 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-mod barriers;
 mod bitmap;
 mod counter;
 mod cpuset;
@@ -155,6 +154,7 @@ mod exit;
 mod fork;
 mod group;
 mod guard;
+mod inner;
 #[cfg(not(loom))]
 mod local;
 mod mutants;
@@ -162,10 +162,8 @@ mod percid;
 mod registration;
 #[cfg(not(loom))]
 mod runtime;
-mod slots;
 mod state;
 mod stats;
-mod switches;
 mod sync;
 mod sys;
 mod view;

@@ -1,35 +1,13 @@
-//! The registration (design.md §1, §2.2): `Registration`, a thread's membership in a group (≈ a task of the mm),
-//! and its shared record `RegRec` (the registration word, `running`, the path counters; the word's table is
-//! `state::word`). Its enter and exit state machines are `enter.rs` and `exit.rs`; its drop gives back what a
-//! forgotten guard still holds (`exit.rs`, §4.6) and leaves the group (`Inner::unregister`, which may switch the
-//! mode).
+//! The registration (design.md §1, §2.2): `Registration`, a thread's membership in a group (≈ a task of the mm).
+//! Its shared record `RegRec` is in `inner/`. Its enter and exit state machines are `enter.rs` and `exit.rs`; its
+//! drop gives back what a forgotten guard still holds (`exit.rs`, §4.6) and leaves the group (`Inner::unregister`,
+//! which may switch the mode).
 
 use crate::guard::{Cid, Entered};
+use crate::inner::RegRec;
 use crate::state::*;
-use crate::stats::Counters;
-use crate::sync::{Arc, AtomicU32, Ordering::*};
+use crate::sync::{Arc, Ordering::*};
 use crate::{sys, Error, Group};
-
-/// A registration's shared record, on its own cache lines: written by its owner on every enter and exit, and
-/// by fixups only with CAS (design.md §2.2). `repr(C)`: the word and `running` come first and the hot counters
-/// right after them (`Ev`'s order), so the fast paths and the temporary path touch the record's first 64 bytes
-/// only. (Left to itself, Rust places the 8-aligned counters first and the word at byte 152, so every per-task
-/// enter would touch two lines of the record.)
-#[repr(C, align(128))]
-pub(crate) struct RegRec {
-    /// Registration word: `UNSET` or the CID this registration owns.
-    pub(crate) cid: AtomicU32,
-    /// 1 from E1 of every enter until the guard's exit clears it (first thing on task and core exits, last on
-    /// temporary ones); written only by the owner, read by task → CPU walks (design.md §2.2).
-    pub(crate) running: AtomicU32,
-    pub(crate) counters: Counters,
-}
-
-impl RegRec {
-    pub(crate) fn new() -> RegRec {
-        RegRec { cid: AtomicU32::new(UNSET), running: AtomicU32::new(0), counters: Counters::default() }
-    }
-}
 
 /// A thread's membership in a [`Group`] (≈ a task of the address space). Dropping it releases everything it
 /// owns (≈ exit), and may switch the group back to per-task mode before the drop returns.

@@ -7,7 +7,7 @@
 //! Under loom there is no membarrier (`sync::compiler_fence` is a no-op there), so the models run the full-fence
 //! program and `rseq_barrier` is a full fence plus every core's sequence lock taken and released (docs/loom.md).
 
-use crate::group::{Inner, Life};
+use super::{Inner, Life};
 use crate::mutants::Mutant;
 use crate::stats::{Counters, Ev};
 use crate::sync::{compiler_fence, fence, Ordering};

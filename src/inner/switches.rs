@@ -8,7 +8,7 @@
 //! (`Inner::unregister`) or `Group::set_cpus_allowed` (`group.rs`), or tried by an enter (the two checks). The
 //! mode word's table is `state::mode`; the barrier F2 is in `barriers.rs`.
 
-use crate::group::{Inner, Life};
+use super::{Inner, Life};
 use crate::mutants::Mutant;
 use crate::state::*;
 use crate::stats::Ev;

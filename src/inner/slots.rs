@@ -8,7 +8,7 @@
 //! switches' sweeps (`switches.rs`) read and write slots through what is here; the barriers the claims wait for are
 //! in `barriers.rs`.
 
-use crate::group::Inner;
+use super::Inner;
 use crate::mutants::Mutant;
 use crate::registration::Registration;
 use crate::state::*;
