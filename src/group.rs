@@ -595,6 +595,44 @@ fn next_group_id() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Loom only: the claim protocol's participants in isolation, for models 11g and 11h (docs/loom.md), where a
+/// real scenario would need more threads or preemptions than loom can explore.
+#[cfg(loom)]
+#[doc(hidden)]
+impl Group {
+    /// Core `cpu` owns a fresh CID and a guard holds it (BUSY): the state a CPU → task switch leaves behind for
+    /// a borrower that was inside its guard.
+    pub fn loom_hold_core(&self, cpu: usize) {
+        let g = &*self.inner;
+        let c = g.bitmap.get();
+        // Set-up, before the model's threads are spawned (their spawn orders it); Release is not needed.
+        g.slot(slot_at(cpu, 0)).store(slot::busy(c), Ordering::Release);
+    }
+
+    /// That guard's exit after the switch (`exit_slow_core` without adoption): X1, then the claim, which may
+    /// defer to the lock's holder; a CID taken is freed.
+    pub fn loom_exit_core(&self, cpu: usize) {
+        let g = &*self.inner;
+        // Relaxed: the holder reads its own BUSY word (only it writes a BUSY slot). Release: X1, as the real exit.
+        let at = slot_at(cpu, 0);
+        let c = g.slot(at).load(Ordering::Relaxed) & VALUE;
+        g.slot(at).store(slot::owned(c), Ordering::Release);
+        if g.take_idle(at, slot::owned(c), true, &Counters::default()) {
+            g.bitmap.clear(c);
+        }
+    }
+
+    /// An exit's deferral (`defer_claim`: the flag, the fence, the lock tried again), then, if the lock was free,
+    /// what its holder does (unlock and drain).
+    pub fn loom_deferred_drain(&self) {
+        let g = &*self.inner;
+        let c = Counters::default();
+        if g.defer_claim(&c) {
+            g.claim_unlock(&c);
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 #[path = "platform_tests.rs"]
 mod platform_tests;

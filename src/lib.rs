@@ -147,9 +147,7 @@ pub mod __private;
 mod bitmap;
 mod counter;
 mod cpuset;
-mod enter;
 mod error;
-mod exit;
 #[cfg(not(loom))]
 mod fork;
 mod group;

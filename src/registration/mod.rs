@@ -1,7 +1,11 @@
 //! The registration (design.md §1, §2.2): `Registration`, a thread's membership in a group (≈ a task of the mm).
-//! Its shared record `RegRec` is in `inner/`. Its enter and exit state machines are `enter.rs` and `exit.rs`; its
-//! drop gives back what a forgotten guard still holds (`exit.rs`, §4.6) and leaves the group (`Inner::unregister`,
-//! which may switch the mode).
+//! Its shared record `RegRec` is in `inner/`. Its enter and exit state machines are `enter.rs` and `exit.rs`, the
+//! counter's whole-update sequences `sequence.rs`; its drop gives back what a forgotten guard still holds
+//! (`exit.rs`, §4.6) and leaves the group (`Inner::unregister`, which may switch the mode).
+
+mod enter;
+mod exit;
+mod sequence;
 
 use crate::guard::{Cid, Entered};
 use crate::inner::RegRec;
