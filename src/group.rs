@@ -632,7 +632,3 @@ impl Group {
         }
     }
 }
-
-#[cfg(all(test, not(loom)))]
-#[path = "platform_tests.rs"]
-mod platform_tests;

@@ -164,6 +164,8 @@ mod state;
 mod stats;
 mod sync;
 mod sys;
+#[cfg(all(test, not(loom)))]
+mod tests;
 mod view;
 
 pub use counter::ShardedCounter;

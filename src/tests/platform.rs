@@ -1,9 +1,11 @@
 //! Tests of design.md §12 ("Platform and process events") that need the group's internals: membarrier calls made
 //! to fail through `Inner::fail_barriers` (per group, so tests running at once do not see each other's failures).
-//! A child module of `group`; the same failures from a real seccomp filter are `tests/platform.rs`.
+//! A unit-test module; the same failures from a real seccomp filter are `tests/platform.rs`.
 
-use super::*;
-use crate::state::slot_at;
+use crate::group::*;
+use crate::state::*;
+use crate::stats::{Counters, Stats};
+use crate::sys;
 use crate::{CidKind, Mode};
 use std::sync::atomic::Ordering::*;
 
@@ -176,7 +178,7 @@ fn a_failed_cpu_to_task_barrier_skips_an_rseq_sweep() {
 /// A drain of deferred exits does the same with every slot it claimed.
 #[test]
 fn a_failed_claim_barrier_gives_the_claim_back() {
-    let _no_fork = crate::fork::tests::FORKS.read().unwrap_or_else(|e| e.into_inner());
+    let _no_fork = crate::tests::FORKS.read().unwrap_or_else(|e| e.into_inner());
     let g = Group::new();
     if !g.uses_rseq() {
         eprintln!("a_failed_claim_barrier_gives_the_claim_back: no rseq group here, nothing to check");
@@ -265,9 +267,9 @@ enum Child {
     Hung,
 }
 
-/// No other test forks, or holds a group's claim lock by hand, while this is alive (`fork::tests::FORKS`).
+/// No other test forks, or holds a group's claim lock by hand, while this is alive (`tests::FORKS`).
 fn forks_excluded() -> std::sync::RwLockWriteGuard<'static, ()> {
-    crate::fork::tests::FORKS.write().unwrap_or_else(|e| e.into_inner())
+    crate::tests::FORKS.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Forks: the child runs `child` and `_exit`s with its result (101 if it panicked); the parent runs `parent` as
