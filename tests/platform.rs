@@ -244,7 +244,8 @@ fn a_membarrier_refused_for_good_does_not_abort_and_stays_exclusive() {
 /// thread-local layer, add to a `ShardedCounter`, register, enter, drop and exit within 10 s. Without the fork
 /// handlers (design.md §12.2), a child forked while another thread held a group's lifecycle lock inherits it held
 /// by a thread that does not exist in the child, and hangs at its first register or drop (about half the children
-/// here). Where the fork lands is up to the scheduler: the unit tests of `src/tests/platform.rs` hold the locks on purpose.
+/// here). Where the fork lands is up to the scheduler: the unit tests of `src/tests/platform.rs` hold the locks on
+/// purpose.
 #[test]
 fn forks_while_other_threads_churn() {
     const FORKS: usize = 100;
