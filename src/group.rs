@@ -12,7 +12,7 @@ use crate::state::*;
 use crate::stats::{Counters, Ev, Stats};
 use crate::sync::{Arc, AtomicU32, AtomicUsize, Mutex, Ordering};
 use crate::sys::MAX_CPUS;
-use crate::{sys, CpuSet, Error};
+use crate::{rseq, sys, CpuSet, Error};
 use crossbeam_utils::CachePadded;
 
 /// One CID space shared by a group of threads: the user-space `mm`.
@@ -518,15 +518,15 @@ impl GroupBuilder {
         // Loom has no membarrier; a group whose membarrier fails is still built as one that has it.
         #[cfg(loom)]
         let asym = asym || self.failing_barriers;
-        sys::rseq::probe(); // here, not on the hot path: it takes the loader's lock
+        rseq::probe(); // here, not on the hot path: it takes the loader's lock
 
         // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
         #[cfg(not(loom))]
         let rseq = self.rseq != Some(false)
             && asym
             && self.virtual_cpus.is_none()
-            && sys::rseq::critical_sections()
-            && sys::rseq::cpu_id().is_some()
+            && rseq::critical_sections()
+            && rseq::cpu_id().is_some()
             && sys::membarrier_rseq_available();
         #[cfg(loom)]
         let rseq = self.rseq == Some(true);
@@ -548,7 +548,7 @@ impl GroupBuilder {
                     rseq,
                     id: next_group_id(),
                     k: k as u32,
-                    rseq_area: if rseq { sys::rseq::area() } else { 0 },
+                    rseq_area: if rseq { rseq::area() } else { 0 },
                 }),
                 slots: (0..cores).map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU32::new(EMPTY)))).collect(),
                 bitmap,
@@ -568,7 +568,7 @@ impl GroupBuilder {
                 claim: AtomicU32::new(0),
                 claims_deferred: AtomicU32::new(0),
                 #[cfg(loom)]
-                cs: (0..cores).map(|_| loom::sync::Mutex::new(())).collect(),
+                on_cpu: rseq::OnCpu::new(cores),
                 knob,
                 #[cfg(loom)]
                 failing_barriers: self.failing_barriers,

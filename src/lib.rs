@@ -158,6 +158,7 @@ mod local;
 mod mutants;
 mod percid;
 mod registration;
+mod rseq;
 #[cfg(not(loom))]
 mod runtime;
 mod state;

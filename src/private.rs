@@ -13,7 +13,7 @@ pub fn current_cpu() -> usize {
 /// Looks up glibc's rseq area once per process (idempotent); building a [`Group`](crate::Group) does it too. Never
 /// on a hot path: it takes the loader's lock.
 pub fn probe_rseq() {
-    crate::sys::rseq::probe();
+    crate::rseq::probe();
 }
 
 /// `__rseq_offset`, where every thread's `struct rseq` lies from its thread pointer, if glibc registered an area
@@ -21,7 +21,7 @@ pub fn probe_rseq() {
 /// (another libc, glibc < 2.35, a failed registration, an architecture without the rseq read).
 pub fn rseq_offset() -> Option<isize> {
     probe_rseq();
-    crate::sys::rseq::offset()
+    crate::rseq::offset()
 }
 
 /// The size of the library's CID space: the most CIDs a group can hand out.

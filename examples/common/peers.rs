@@ -118,6 +118,9 @@ impl Rseq {
     /// `rseq_load_add_store__ptr` with `RSEQ_PERCPU_MM_CID`, as its per-CPU counter test (`param_test -T i`) runs
     /// it: the CID is read before the sequence and compared again inside, and `rseq_cs` is left armed (the kernel
     /// clears it lazily).
+    ///
+    /// The sequence is this peer's own copy, not the library's (`src/rseq/`): the peer stands for the kernel's
+    /// `mm_cid` with the rseq library's code, independent of mmcid, so that the comparison measures the two designs.
     #[inline(always)]
     pub fn add(self, cells: &Padded, n: u64) {
         #[cfg(target_arch = "x86_64")]

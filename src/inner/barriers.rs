@@ -76,9 +76,7 @@ impl Inner {
                 return false;
             }
             fence(Ordering::SeqCst);
-            for cs in self.cs.iter() {
-                drop(cs.lock().unwrap_or_else(|e| e.into_inner()));
-            }
+            self.on_cpu.wait_for_sequences();
             true
         }
     }

@@ -46,7 +46,7 @@ pub(crate) struct Hot {
     pub(crate) id: u64,
     /// CIDs a core may own at once (design.md §2.6): slots `0..k` of each core are in use.
     pub(crate) k: u32,
-    /// rseq groups: `__rseq_offset` (`sys::rseq::area`), where the borrowing thread's rseq area lies.
+    /// rseq groups: `__rseq_offset` (`rseq::area`), where the borrowing thread's rseq area lies.
     pub(crate) rseq_area: isize,
 }
 
@@ -69,9 +69,9 @@ pub(crate) struct Inner {
     pub(crate) claim: AtomicU32,
     /// 1 when an exit found `claim` held and left its idle slot for the holder to take (`defer_claim`).
     pub(crate) claims_deferred: AtomicU32,
-    /// Loom's model of the restartable sequence: one lock per core, held across the sequence (design.md §4.1.1).
+    /// Loom's model of the restartable sequences: one lock per core, held across each sequence (`rseq::OnCpu`).
     #[cfg(loom)]
-    pub(crate) cs: Box<[loom::sync::Mutex<()>]>,
+    pub(crate) on_cpu: crate::rseq::OnCpu,
     /// Loom's mutation knob (`mutants.rs`); empty elsewhere.
     pub(crate) knob: Knob,
     /// Loom: every membarrier fails (`GroupBuilder::failing_barriers`, design.md §12).

@@ -10,11 +10,11 @@
 
 use super::Inner;
 use crate::mutants::Mutant;
+#[cfg(not(loom))]
+use crate::rseq;
 use crate::state::*;
 use crate::stats::{Counters, Ev};
 use crate::sync::{fence, AtomicU32, Ordering};
-#[cfg(not(loom))]
-use crate::sys;
 
 impl Inner {
     /// Slot word `at` (`slot_at(cpu, j)`, design.md §2.6).
@@ -54,30 +54,13 @@ impl Inner {
     #[cfg(not(loom))]
     #[inline(always)]
     fn rseq_store_if(&self, at: usize, expect: u32, new: u32) -> bool {
-        sys::rseq::store_if(self.hot.rseq_area, core_of(at) as u32, &self.hot.mode, self.slot(at), expect, new)
+        rseq::store_if(self.hot.rseq_area, core_of(at) as u32, &self.hot.mode, self.slot(at), expect, new)
     }
 
-    /// Loom's restartable sequence: nothing else of core `cpu` runs between the compares and the store, which is
-    /// what the kernel's abort guarantees; writers on other cores still interleave freely.
-    ///
-    /// The commit is a `swap` whose result is ignored, i.e. the same unconditional store. Loom 0.7 orders a plain
-    /// store only partially against RMWs it has not seen, and then lets a later CAS read a value that a store
-    /// happening-before that CAS already overwrote: a coherence violation C11 forbids, which made model 11 report
-    /// false duplicates (reproduced with seven lines of loom, no mmcid: plain store → false report, swap → none;
-    /// `loom-tests/tests/litmus_m11_loom_gap.rs`, docs/loom.md). As an RMW the store is placed after everything it raced in modification order.
+    /// Loom's restartable sequence (`rseq::OnCpu`).
     #[cfg(loom)]
     fn rseq_store_if(&self, at: usize, expect: u32, new: u32) -> bool {
-        let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
-        let slot = self.slot(at);
-        // Acquire, both: what the real sequence's x86 loads are (acquire by TSO); the slot load pairs with the
-        // previous borrower's X1 (I8), the mode load with F1/F4.
-        if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || slot.load(Ordering::Acquire) != expect {
-            return false;
-        }
-        // Relaxed: the commit publishes nothing (the borrower's X1 does at exit), and the RMW only fixes its place
-        // in modification order (above).
-        slot.swap(new, Ordering::Relaxed);
-        true
+        self.on_cpu.store_if(core_of(at), &self.hot.mode, self.slot(at), expect, new)
     }
 
     /// Takes idle word `s` (`ONCPU | c`) of slot `at`, leaving it EMPTY: on success `c` is the caller's.
@@ -221,36 +204,5 @@ impl Inner {
     #[inline(always)]
     pub(crate) fn sequences_apply(&self) -> bool {
         self.hot.rseq && self.hot.mode.load(Ordering::Relaxed) == PER_CPU
-    }
-
-    /// Loom's whole-update sequence (design.md §9.2): `f` runs where the commit store would, under the same
-    /// checks as `rseq_store_if`, and the slot is not written.
-    #[cfg(loom)]
-    pub(crate) fn rseq_run_if(&self, at: usize, expect: u32, f: impl FnOnce()) -> bool {
-        let _on_cpu = self.cs[core_of(at)].lock().unwrap_or_else(|e| e.into_inner());
-        // Acquire, both: as in `rseq_store_if` (x86 loads; I8 through the previous borrower's X1).
-        let s = self.slot(at).load(Ordering::Acquire);
-        let same = if self.knob.is(Mutant::SequenceIgnoresBusy) { s & !BUSY == expect & !BUSY } else { s == expect };
-        if self.hot.mode.load(Ordering::Acquire) & ONCPU == 0 || !same {
-            return false;
-        }
-        f();
-        true
-    }
-
-    /// Loom's per-task whole-update sequence (design.md §9.3) on core `cpu` (the registration's modelled CPU): `f`
-    /// runs where the commit store would, only if the mode is `PER_TASK` and `word` still holds `w`.
-    #[cfg(loom)]
-    pub(crate) fn rseq_run_if_owned(&self, cpu: usize, word: &AtomicU32, w: u32, f: impl FnOnce()) -> bool {
-        let _on_cpu = self.cs[cpu].lock().unwrap_or_else(|e| e.into_inner());
-        // Acquire, both: what the real sequence's x86 loads are (acquire by TSO).
-        let mode_ok =
-            self.knob.is(Mutant::OwnedSequenceIgnoresMode) || self.hot.mode.load(Ordering::Acquire) == PER_TASK;
-        let word_ok = self.knob.is(Mutant::OwnedSequenceIgnoresWord) || word.load(Ordering::Acquire) == w;
-        if !(mode_ok && word_ok) {
-            return false;
-        }
-        f();
-        true
     }
 }

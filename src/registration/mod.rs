@@ -107,7 +107,7 @@ impl Registration {
             None => {
                 // rseq groups read the area's `cpu_id` at the offset they keep next to the mode word (one load).
                 let cpu = if cfg!(not(loom)) && g.hot.rseq {
-                    sys::rseq::cpu_id_in(g.hot.rseq_area).unwrap_or_else(sys::current_cpu)
+                    crate::rseq::cpu_id_in(g.hot.rseq_area).unwrap_or_else(sys::current_cpu)
                 } else {
                     sys::current_cpu()
                 };

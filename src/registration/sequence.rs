@@ -1,16 +1,16 @@
 //! The counter's whole-update sequences (design.md §9.2, §9.3): where a `ShardedCounter` update may run as one
 //! restartable sequence without a guard (`sequence_target`), and the update itself (`add_in_sequence`, and its loom
-//! twin `update_in_sequence`). The sequences are `sys::rseq` (and `Inner::rseq_run_if*` under loom); the slot
+//! twin `update_in_sequence`). The sequences themselves are `rseq/` (`add_if`, `add_if_owned`, and under loom `OnCpu::run_if*`); the slot
 //! words they compare are the core-slot protocol's (`inner/slots.rs`).
 
 use super::Registration;
 use crate::inner::Inner;
 use crate::mutants::Mutant;
+use crate::rseq;
 use crate::state::*;
 #[cfg(not(loom))]
 use crate::stats::Ev;
 use crate::sync::Ordering::*;
-use crate::sys;
 
 impl Registration {
     /// Where a whole update may run as one restartable sequence, in an rseq group `g` (this registration's):
@@ -54,7 +54,7 @@ impl Registration {
         if cfg!(loom) {
             Some(self.cpu_index())
         } else {
-            sys::rseq::cpu_id_in(g.hot.rseq_area).filter(|&c| c < g.cores)
+            rseq::cpu_id_in(g.hot.rseq_area).filter(|&c| c < g.cores)
         }
     }
 
@@ -86,9 +86,9 @@ impl Registration {
         debug_assert!(std::ptr::eq(g, &*self.group.inner) && g.hot.rseq);
         let done = match self.sequence_target(g) {
             SequenceTarget::Owned(w) => shard(w as usize)
-                .is_some_and(|cell| sys::rseq::add_if_owned(g.hot.rseq_area, &g.hot.mode, &self.rec.cid, w, cell, n)),
+                .is_some_and(|cell| rseq::add_if_owned(g.hot.rseq_area, &g.hot.mode, &self.rec.cid, w, cell, n)),
             SequenceTarget::Core { cpu, s, c } => shard(c as usize).is_some_and(|cell| {
-                sys::rseq::add_if(g.hot.rseq_area, cpu as u32, &g.hot.mode, g.slot(slot_at(cpu, 0)), s, cell, n)
+                rseq::add_if(g.hot.rseq_area, cpu as u32, &g.hot.mode, g.slot(slot_at(cpu, 0)), s, cell, n)
             }),
             SequenceTarget::Extra(cpu) => self.add_on_extra(g, cpu, shard, n),
             SequenceTarget::Guard => false,
@@ -112,7 +112,7 @@ impl Registration {
     ) -> bool {
         self.extra_sequence_target(cpu).is_some_and(|(at, s, c)| {
             shard(c as usize)
-                .is_some_and(|cell| sys::rseq::add_if(g.hot.rseq_area, cpu as u32, &g.hot.mode, g.slot(at), s, cell, n))
+                .is_some_and(|cell| rseq::add_if(g.hot.rseq_area, cpu as u32, &g.hot.mode, g.slot(at), s, cell, n))
         })
     }
 
@@ -126,7 +126,9 @@ impl Registration {
         }
         let (at, s, c) = match self.sequence_target(g) {
             SequenceTarget::Owned(w) => {
-                return g.rseq_run_if_owned(self.cpu.unwrap_or(0), &self.rec.cid, w, || f(w as usize));
+                return g
+                    .on_cpu
+                    .run_if_owned(self.cpu.unwrap_or(0), &g.hot.mode, &self.rec.cid, w, &g.knob, || f(w as usize));
             }
             SequenceTarget::Core { cpu, s, c } => (slot_at(cpu, 0), s, c),
             SequenceTarget::Extra(cpu) => match self.extra_sequence_target(cpu) {
@@ -135,7 +137,7 @@ impl Registration {
             },
             SequenceTarget::Guard => return false,
         };
-        g.rseq_run_if(at, s, || f(c as usize))
+        g.on_cpu.run_if(core_of(at), &g.hot.mode, g.slot(at), s, &g.knob, || f(c as usize))
     }
 }
 

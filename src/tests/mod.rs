@@ -2,6 +2,7 @@
 //! and what they share.
 
 mod platform;
+mod rseq;
 mod slots;
 mod sys;
 

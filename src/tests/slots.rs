@@ -32,7 +32,7 @@ fn rseq_borrows_exclude_the_threads_of_one_cpu() {
         }
     }
     let rounds: u64 = if cfg!(debug_assertions) { 500_000 } else { 5_000_000 };
-    let (holds, total) = crate::tests::sys::per_cpu_exclusion(rounds, |cpu| {
+    let (holds, total) = crate::tests::rseq::per_cpu_exclusion(rounds, |cpu| {
         let at = slot_at(cpu, 0);
         let word = inner.slot(at).load(Relaxed);
         (slot::idle_cid(word).is_some() && inner.borrow_slot(at, word))
