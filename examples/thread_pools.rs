@@ -196,7 +196,7 @@ fn config(args: &Args) -> Result<Config, String> {
 
 /// The fewest registered threads that take a fresh `group` into per-CPU mode, asked of the library: threads are
 /// registered until its mode flips (users > max_cids = min(A + A/4, possible CPUs) for A allowed CPUs,
-/// `switches.rs` `update_limits`), then all dropped. An error if it does not flip within [`MAX_THREADS`].
+/// `inner/switches.rs` `update_limits`), then all dropped. An error if it does not flip within [`MAX_THREADS`].
 fn per_cpu_threshold(group: Group) -> Result<usize, String> {
     let mut registered = Vec::new();
     while registered.len() < MAX_THREADS {

@@ -3,6 +3,8 @@
 //! `Inner::unregister`); the shared state it builds, and `Inner`'s protocol methods, are `inner/`.
 
 use crate::bitmap::{Bitmap, MAX_BITS};
+#[cfg(loom)]
+use crate::inner::Taker;
 use crate::inner::{Hot, Inner, Life, RegRec};
 use crate::mutants::Knob;
 #[cfg(loom)]
@@ -236,12 +238,12 @@ impl Group {
     /// The most CIDs a core may own at once in per-CPU mode ([`GroupBuilder::cids_per_core`]). With `users`
     /// registrations, every CID handed out is below `users + cids_per_core() · cores()` (I2's hard bound).
     pub fn cids_per_core(&self) -> usize {
-        self.inner.hot.k as usize
+        self.inner.hot.cids_per_core as usize
     }
 
     /// Whether light barriers are compiler fences paired with `membarrier` (design.md §5.1).
     pub fn uses_membarrier(&self) -> bool {
-        self.inner.hot.asym
+        self.inner.hot.membarrier
     }
 
     /// Whether per-CPU borrows are restartable sequences instead of CAS (design.md §4.1.1): set where the
@@ -298,7 +300,7 @@ impl Group {
                 // can never hold there and widening never switches back. We take it from the allowed cores:
                 // switch back once users are below ~3/4 of the cores now allowed (capped at cores/2, as the
                 // kernel caps it). design.md §3.
-                life.thrs = inner.thrs(life.allowed.len());
+                life.switch_back_below = inner.switch_back_threshold(life.allowed.len());
             }
             let flip = inner.update_limits(&mut life);
             inner.apply(&mut life, flip);
@@ -514,23 +516,23 @@ impl GroupBuilder {
         crate::fork::install();
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
-        let asym = self.asymmetric && sys::membarrier_available();
+        let membarrier = self.asymmetric && sys::membarrier_available();
         // Loom has no membarrier; a group whose membarrier fails is still built as one that has it.
         #[cfg(loom)]
-        let asym = asym || self.failing_barriers;
+        let membarrier = membarrier || self.failing_barriers;
         rseq::probe(); // here, not on the hot path: it takes the loader's lock
 
         // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
         #[cfg(not(loom))]
         let rseq = self.rseq != Some(false)
-            && asym
+            && membarrier
             && self.virtual_cpus.is_none()
             && rseq::critical_sections()
             && rseq::cpu_id().is_some()
             && sys::membarrier_rseq_available();
         #[cfg(loom)]
         let rseq = self.rseq == Some(true);
-        let k = self.cids_per_core.unwrap_or(if cfg!(loom) { 1 } else { cids_per_core_limit(cores) });
+        let cids_per_core = self.cids_per_core.unwrap_or(if cfg!(loom) { 1 } else { cids_per_core_limit(cores) });
         #[cfg(loom)]
         let knob = Knob::new(self.mutant);
         #[cfg(not(loom))]
@@ -542,12 +544,12 @@ impl GroupBuilder {
                 hot: CachePadded::new(Hot {
                     mode: AtomicU32::new(PER_TASK),
                     max_cids: AtomicU32::new(0),
-                    asym,
-                    fast_task: if asym { PER_TASK } else { NOT_A_MODE },
-                    fast_cpu: if asym { PER_CPU } else { NOT_A_MODE },
+                    membarrier,
+                    fast_task: if membarrier { PER_TASK } else { NOT_A_MODE },
+                    fast_cpu: if membarrier { PER_CPU } else { NOT_A_MODE },
                     rseq,
                     id: next_group_id(),
-                    k: k as u32,
+                    cids_per_core: cids_per_core as u32,
                     rseq_area: if rseq { rseq::area() } else { 0 },
                 }),
                 slots: (0..cores).map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU32::new(EMPTY)))).collect(),
@@ -561,7 +563,7 @@ impl GroupBuilder {
                     regs: Vec::new(),
                     free: Vec::new(),
                     allowed,
-                    thrs: 0,
+                    switch_back_below: 0,
                     occupied: false,
                     counters: Counters::default(),
                 }),
@@ -617,7 +619,7 @@ impl Group {
         let at = slot_at(cpu, 0);
         let c = g.slot(at).load(Ordering::Relaxed) & VALUE;
         g.slot(at).store(slot::owned(c), Ordering::Release);
-        if g.take_idle(at, slot::owned(c), true, &Counters::default()) {
+        if g.take_idle(at, slot::owned(c), Taker::Exit, &Counters::default()) {
             g.bitmap.clear(c);
         }
     }

@@ -245,7 +245,7 @@ impl Drop for CidGuard<'_> {
         match entered.held() {
             Held::Task(w) => r.exit_task(w),
             Held::Core { at, cid } => r.exit_core(at as usize, cid),
-            Held::Temp(_) => return drop_other(reg, entered, group),
+            Held::Temp(_) => return drop_temp(reg, entered, group),
         }
         if entered.pooled() {
             #[cfg(not(loom))]
@@ -259,10 +259,10 @@ impl Drop for CidGuard<'_> {
 /// Drop of a temporary guard: its exit, then, for a guard of `Group::enter` (pooled) of group `id`, the
 /// registration back to the thread-local layer.
 #[inline(never)]
-fn drop_other(reg: NonNull<Registration>, entered: Entered, id: u64) {
+fn drop_temp(reg: NonNull<Registration>, entered: Entered, id: u64) {
     // SAFETY: `reg` is borrowed for the guard's life or owned by the pooled guard (`CidGuard::pooled`), a live
     // `Box::into_raw` pointer; nothing else accesses it during the guard's drop.
-    unsafe { &mut *reg.as_ptr() }.exit_other(entered);
+    unsafe { &mut *reg.as_ptr() }.exit_outstanding(entered);
     if entered.pooled() {
         #[cfg(not(loom))]
         crate::local::give_back(reg, id);

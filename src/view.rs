@@ -44,7 +44,7 @@ mod imp {
     /// The guard with CID `cid` that `enter` answered with `before` was dropped. If the view is exactly as this
     /// guard set it and clean, the guard is the innermost live one (every later guard was dropped and put back
     /// what it replaced): put back `before`. Otherwise a later guard is still live, or a drop was out of order
-    /// since: `exit_other`.
+    /// since: `exit_out_of_order`.
     #[inline(always)]
     pub(crate) fn exit(cid: u32, before: Before) {
         let _ = STATE.try_with(|c| {
@@ -52,7 +52,7 @@ mod imp {
             if s == (before & LIVE_BITS).wrapping_add(ONE_LIVE) | u64::from(cid) {
                 c.set(before);
             } else {
-                exit_other(c, s);
+                exit_out_of_order(c, s);
             }
         });
     }
@@ -60,7 +60,7 @@ mod imp {
     /// A drop out of order, or any drop after one: count down and show `NONE` (never a CID the thread may no
     /// longer hold; the next guard shows its own) until the thread's last live guard drops.
     #[cold]
-    fn exit_other(c: &Cell<u64>, s: u64) {
+    fn exit_out_of_order(c: &Cell<u64>, s: u64) {
         let live = ((s & LIVE_BITS) >> 32).saturating_sub(1);
         c.set(if live == 0 { CLEAN_NONE } else { OUT_OF_ORDER | live << 32 | CLEAN_NONE });
     }

@@ -1,5 +1,5 @@
-//! Model 11, litmus: the loom gap that makes model 11's modelled sequence commit with a `swap` (`Inner::rseq_store_if`,
-//! docs/loom.md "A loom gap found on the way"). No mmcid code runs here: one atomic and one mutex standing for a
+//! Model 11, litmus: the loom gap that makes model 11's modelled sequence commit with a `swap`
+//! (`rseq::OnCpu::store_if`, docs/loom.md "A loom gap found on the way"). No mmcid code runs here: one atomic and one mutex standing for a
 //! core's sequence lock.
 #![cfg(loom)]
 

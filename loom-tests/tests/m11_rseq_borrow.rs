@@ -10,7 +10,7 @@
 //! The group models the sequence with one lock per core held across it, and the RSEQ membarrier as a SeqCst fence
 //! followed by taking and releasing every core's lock: once the barrier returns, each sequence either committed
 //! before it or starts after it, which is what the kernel's abort guarantees. Writers on other cores interleave
-//! with the sequence freely, as on the hardware. (The model's commit is a `swap`: see `Inner::rseq_store_if`,
+//! with the sequence freely, as on the hardware. (The model's commit is a `swap`: see `rseq::OnCpu::store_if`,
 //! `litmus_m11_loom_gap.rs` and docs/loom.md for the loom coherence gap a plain store runs into.)
 #![cfg(loom)]
 

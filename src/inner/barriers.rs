@@ -29,7 +29,7 @@ impl Inner {
     /// made again.
     #[inline(always)]
     pub(crate) fn light_barrier_rest(&self) -> bool {
-        let full = !self.hot.asym;
+        let full = !self.hot.membarrier;
         if full {
             // E2 / X2 without membarrier: pairs with F2's SeqCst fence (Dekker pairs D-enter, D-exit, D-core, §5.1).
             fence(Ordering::SeqCst);
@@ -54,7 +54,7 @@ impl Inner {
     fn heavy_barrier(&self) -> bool {
         if self.hot.rseq && !self.knob.is(Mutant::PlainFixupBarrier) {
             self.rseq_barrier()
-        } else if self.hot.asym {
+        } else if self.hot.membarrier {
             self.membarrier(false)
         } else {
             fence(Ordering::SeqCst);

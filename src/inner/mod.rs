@@ -12,6 +12,8 @@ mod barriers;
 mod slots;
 mod switches;
 
+pub(crate) use slots::Taker;
+
 use crate::bitmap::Bitmap;
 use crate::mutants::Knob;
 use crate::state::*;
@@ -32,7 +34,7 @@ pub(crate) struct Hot {
     /// Current compactness bound (design.md §3).
     pub(crate) max_cids: AtomicU32,
     /// Whether light barriers may be compiler fences (membarrier registered).
-    pub(crate) asym: bool,
+    pub(crate) membarrier: bool,
     /// The mode word value for which enter and exit may finish inline after only a compiler fence: `PER_TASK`
     /// when the heavy side is membarrier, else `NOT_A_MODE`, which no mode word ever equals, so the fallback
     /// always reaches `light_barrier_rest` (and so does every loom model: loom has no membarrier).
@@ -44,8 +46,9 @@ pub(crate) struct Hot {
     /// The group's process-unique id (`Group::id`), here so that a guard takes it from the line its enter reads
     /// anyway.
     pub(crate) id: u64,
-    /// CIDs a core may own at once (design.md §2.6): slots `0..k` of each core are in use.
-    pub(crate) k: u32,
+    /// CIDs a core may own at once (design.md §2.6): slots `0..cids_per_core` of each core are in
+    /// use.
+    pub(crate) cids_per_core: u32,
     /// rseq groups: `__rseq_offset` (`rseq::area`), where the borrowing thread's rseq area lies.
     pub(crate) rseq_area: isize,
 }
@@ -90,7 +93,7 @@ pub(crate) struct Life {
     pub(crate) free: Vec<usize>,
     pub(crate) allowed: CpuSet,
     /// Switch-back threshold; non-zero ⇔ per-CPU mode wanted.
-    pub(crate) thrs: usize,
+    pub(crate) switch_back_below: usize,
     /// Per-CPU ownership was found to use as many CIDs as per-task ownership would (design.md §3.1): per-task
     /// mode, with `max_cids` at least `users`, until `users` falls below the kernel's switch-back threshold.
     pub(crate) occupied: bool,

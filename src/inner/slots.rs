@@ -16,6 +16,16 @@ use crate::state::*;
 use crate::stats::{Counters, Ev};
 use crate::sync::{fence, AtomicU32, Ordering};
 
+/// Who takes an idle CID with `Inner::take_idle`: what it does when it finds the claim lock held.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Taker {
+    /// A converging stealer (`enter.rs`): gives up, and converges at a later enter (I6).
+    Stealer,
+    /// An exit giving up its core's CID, or a test standing for one: leaves the slot to the lock's holder
+    /// (`defer_claim`).
+    Exit,
+}
+
 impl Inner {
     /// Slot word `at` (`slot_at(cpu, j)`, design.md §2.6).
     #[inline(always)]
@@ -25,7 +35,7 @@ impl Inner {
 
     /// The slot words in use of core `cpu`, with their indexes: `0..k`.
     pub(crate) fn core_slots(&self, cpu: usize) -> impl Iterator<Item = (usize, &AtomicU32)> {
-        self.slots[cpu][..self.hot.k as usize].iter().enumerate().map(move |(j, s)| (slot_at(cpu, j), s))
+        self.slots[cpu][..self.hot.cids_per_core as usize].iter().enumerate().map(move |(j, s)| (slot_at(cpu, j), s))
     }
 
     /// Every slot word in use, with its index: what sweeps, drains and audits visit.
@@ -35,7 +45,7 @@ impl Inner {
 
     /// The most CIDs the cores may own at once: `K · cores` (I2's hard bound is `users` more, design.md §2.6).
     pub(crate) fn core_share(&self) -> usize {
-        self.hot.k as usize * self.cores
+        self.hot.cids_per_core as usize * self.cores
     }
 
     /// The borrow `expect → expect | BUSY` of core `cpu`'s slot (design.md §4.1, §4.1.1), `expect` an idle word:
@@ -66,10 +76,11 @@ impl Inner {
     /// Takes idle word `s` (`ONCPU | c`) of slot `at`, leaving it EMPTY: on success `c` is the caller's.
     /// For every `idle → EMPTY` write outside a fixup walk. A CAS; in rseq groups a claim (design.md §4.1.1):
     /// `s → s | CLAIM`, the RSEQ membarrier, `s | CLAIM → EMPTY`, under the claim lock. Nobody waits for that
-    /// lock: a stealer (`exit = false`) that finds it held gives up (it converges at a later enter, I6), and an
-    /// exit leaves its slot to the holder (`defer_claim`) and returns false, as if someone else had taken `c`.
+    /// lock: a stealer (`Taker::Stealer`) that finds it held gives up (it converges at a later enter, I6), and an
+    /// exit (`Taker::Exit`) leaves its slot to the holder (`defer_claim`) and returns false, as if someone else had
+    /// taken `c`.
     /// `c`: the calling registration's counters, for what a drain takes.
-    pub(crate) fn take_idle(&self, at: usize, s: u32, exit: bool, c: &Counters) -> bool {
+    pub(crate) fn take_idle(&self, at: usize, s: u32, taker: Taker, c: &Counters) -> bool {
         let slot = self.slot(at);
         // AcqRel: takes the CID with its last borrower's writes (pairs with X1's Release store).
         if !self.hot.rseq {
@@ -78,7 +89,7 @@ impl Inner {
         if slot.load(Ordering::Relaxed) != s {
             return false; // moved on already: no lock, no barrier (Relaxed: the CAS below is what decides)
         }
-        let locked = self.try_claim_lock() || (exit && self.defer_claim(c));
+        let locked = self.try_claim_lock() || (taker == Taker::Exit && self.defer_claim(c));
         if !locked {
             return false; // a stealer gives up; an exit deferred its slot to the holder
         }

@@ -61,14 +61,14 @@ impl Inner {
     }
 
     /// Switch-back threshold, clamped to ≥ 1 (kernel fix e2e2aaec3d3d).
-    pub(crate) fn thrs(&self, opt: usize) -> usize {
+    pub(crate) fn switch_back_threshold(&self, opt: usize) -> usize {
         (opt - opt / 4).min(self.cores / 2).max(1)
     }
 
     /// Recomputes `max_cids` and decides whether the mode must flip (kernel `mm_update_max_cids`).
     pub(crate) fn update_limits(&self, life: &mut Life) -> Flip {
         let opt = self.opt(life);
-        if life.occupied && life.users < self.thrs(opt) {
+        if life.occupied && life.users < self.switch_back_threshold(opt) {
             life.occupied = false; // few enough users for the kernel's rules again (design.md §3.1)
         }
         let kernel_max = (opt + opt / 4).min(self.cores);
@@ -78,11 +78,11 @@ impl Inner {
         // Relaxed: the caller holds the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
             if life.users > max && !life.occupied {
-                life.thrs = self.thrs(opt);
+                life.switch_back_below = self.switch_back_threshold(opt);
                 return Flip::ToPerCpu;
             }
-        } else if life.users < life.thrs {
-            life.thrs = 0;
+        } else if life.users < life.switch_back_below {
+            life.switch_back_below = 0;
             return Flip::ToPerTask;
         }
         Flip::None
@@ -107,7 +107,7 @@ impl Inner {
             return;
         }
         life.occupied = true;
-        life.thrs = 0;
+        life.switch_back_below = 0;
         let flip = self.update_limits(&mut life);
         debug_assert!(matches!(flip, Flip::None), "per-CPU mode, occupied: only this switch is due");
         self.apply(&mut life, Flip::ToPerTask);
@@ -129,7 +129,7 @@ impl Inner {
         if self.hot.mode.load(Ordering::Relaxed) != PER_CPU || life.users > self.max_cids() {
             return;
         }
-        life.thrs = 0;
+        life.switch_back_below = 0;
         let flip = self.update_limits(&mut life);
         debug_assert!(matches!(flip, Flip::None), "per-CPU mode, no threshold: only this switch is due");
         self.apply(&mut life, Flip::ToPerTask);
@@ -249,7 +249,7 @@ mod tests {
         }
         regs.push(g.register());
         assert_eq!((g.max_cids(), g.mode()), (4, Mode::PerCpu));
-        assert_eq!(g.inner.life.lock().thrs, 2);
+        assert_eq!(g.inner.life.lock().switch_back_below, 2);
         regs.truncate(2);
         assert_eq!(g.mode(), Mode::PerCpu, "users 2 is not < thrs 2");
         regs.truncate(1);
@@ -261,7 +261,7 @@ mod tests {
         assert_eq!((g.max_cids(), g.mode()), (10, Mode::PerTask));
         regs.push(g.register());
         assert_eq!((g.max_cids(), g.mode()), (10, Mode::PerCpu));
-        assert_eq!(g.inner.life.lock().thrs, 6);
+        assert_eq!(g.inner.life.lock().switch_back_below, 6);
         drop(regs);
         assert_eq!((g.users(), g.max_cids(), g.mode()), (0, 0, Mode::PerTask));
     }
@@ -273,7 +273,7 @@ mod tests {
         let a = g.register();
         let b = g.register();
         assert_eq!((g.max_cids(), g.mode()), (1, Mode::PerCpu));
-        assert_eq!(g.inner.life.lock().thrs, 1);
+        assert_eq!(g.inner.life.lock().switch_back_below, 1);
         drop(b);
         assert_eq!(g.mode(), Mode::PerCpu, "never switches back while a user exists");
         drop(a);

@@ -10,7 +10,7 @@
 //! start (`switches.rs`); the returned guard is `guard.rs`'s.
 
 use crate::guard::{CidGuard, Entered, Held};
-use crate::inner::Inner;
+use crate::inner::{Inner, Taker};
 use crate::mutants::Mutant;
 use crate::registration::Registration;
 use crate::state::*;
@@ -54,14 +54,14 @@ impl Registration {
         if g.hot.mode.load(Acquire) == PER_CPU && self.outstanding.is_nothing() && rec.cid.load(Relaxed) == UNSET {
             return match self.enter_cpu_fast() {
                 Ok(entered) => entered,
-                Err((s, cpu)) => self.enter_cpu_other(s, cpu),
+                Err((s, cpu)) => self.enter_cpu_busy(s, cpu),
             };
         }
         // Relaxed: E1 of D-enter; ordered before E3 by the light barrier, and publishes nothing.
         rec.running.store(1, Relaxed);
         if !g.knob.is(Mutant::NoEnterBarrier) {
             // E2, light side: pairs with F2 of a task → CPU switch. The whole light barrier when F2 is membarrier;
-            // otherwise `fast_task` never matches and `enter_other` adds the full fence.
+            // otherwise `fast_task` never matches and `enter_task_fenced` adds the full fence.
             compiler_fence(SeqCst);
         }
         // Acquire: pairs with the Release completion store F4 (and F1), so the word below reflects every fixup
@@ -76,7 +76,7 @@ impl Registration {
         if m == PER_CPU {
             return self.enter_cpu_after_e1(w);
         }
-        self.enter_other(m)
+        self.enter_task_fenced(m)
     }
 
     /// Per-CPU mode after E1..E3: a forgotten guard to give back, a word to give up, or a switch to per-CPU mode
@@ -94,13 +94,13 @@ impl Registration {
         }
         match self.enter_cpu_fast() {
             Ok(entered) => entered,
-            Err((s, cpu)) => self.enter_cpu_other(s, cpu),
+            Err((s, cpu)) => self.enter_cpu_busy(s, cpu),
         }
     }
 
     /// Per-CPU fast path: borrow the core's idle CID with one CAS on its slot, or one restartable sequence
     /// (design.md §4.1.1). `Err((slot word, core))`: the slot was not idle (or the borrow lost), for
-    /// `enter_cpu_other` to decide.
+    /// `enter_cpu_busy` to decide.
     #[inline(always)]
     fn enter_cpu_fast(&mut self) -> Result<Entered, (u32, usize)> {
         let g = &*self.group.inner;
@@ -131,14 +131,14 @@ impl Registration {
                 return Ok(self.outstanding(Held::Core { at: at as u32, cid: c }));
             }
         }
-        // Relaxed: a hint for `enter_cpu_other`, as above.
+        // Relaxed: a hint for `enter_cpu_busy`, as above.
         Err((g.slot(first).load(Relaxed), cpu))
     }
 
     /// Per-CPU mode, owning nothing, when core `cpu`'s first slot was not borrowed (word `s`): if that CID is busy
     /// (the common case), one of the core's extra CIDs, else a temporary; else the slow path.
     #[inline(never)]
-    fn enter_cpu_other(&mut self, s: u32, cpu: usize) -> Entered {
+    fn enter_cpu_busy(&mut self, s: u32, cpu: usize) -> Entered {
         if s & BUSY != 0 {
             // The core's first CID is in use by a thread descheduled inside its guard, and we own nothing. No
             // barrier needed here either: the extra slots follow the protocol of the first one (design.md §2.6),
@@ -168,7 +168,7 @@ impl Registration {
             c.bump(Ev::Alloc);
             c.bump(Ev::BitmapSet);
             let n = g.bitmap.get_near(cpu, g.temp_bound());
-            if g.hot.k > 1 {
+            if g.hot.cids_per_core > 1 {
                 g.check_occupancy(); // every CID of the core is held: is per-task ownership as good (§3.1)?
             }
             n
@@ -236,7 +236,7 @@ impl Registration {
     /// Enter after E1 and the compiler fence, outside per-CPU mode, when the per-task fast path did not apply: the
     /// per-task fast path of a group without membarrier, or the slow path.
     #[inline(never)]
-    fn enter_other(&mut self, m: u32) -> Entered {
+    fn enter_task_fenced(&mut self, m: u32) -> Entered {
         debug_assert_ne!(m, PER_CPU, "handled by enter_raw");
         if !self.outstanding.is_nothing() {
             return self.enter_after_forgotten();
@@ -430,7 +430,7 @@ impl Registration {
             let s = other.load(Relaxed); // a hint: `take_idle`'s CAS validates it and acquires through it
             if let Some(low) = slot::idle_cid(s).filter(|&l| (l as usize) < max) {
                 // Only tries the claim lock of rseq groups: enter never waits (I6).
-                if g.take_idle(i, s, false, c) {
+                if g.take_idle(i, s, Taker::Stealer, c) {
                     g.slot(at).store(slot::busy(low), Relaxed); // as in `converge_core`: a BUSY slot
                     g.bitmap.clear(cid);
                     c.bump(Ev::BitmapClear);

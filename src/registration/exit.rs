@@ -10,6 +10,7 @@
 //! bitmap.
 
 use crate::guard::{Entered, Held};
+use crate::inner::Taker;
 use crate::mutants::Mutant;
 use crate::registration::Registration;
 use crate::state::*;
@@ -24,7 +25,7 @@ impl Registration {
         match entered.held() {
             Held::Task(w) => self.exit_task(w),
             Held::Core { at, cid } => self.exit_core(at as usize, cid),
-            Held::Temp(_) => self.exit_other(entered),
+            Held::Temp(_) => self.exit_outstanding(entered),
         }
     }
 
@@ -35,17 +36,17 @@ impl Registration {
         // Release: X1 of D-exit; publishes the guard's writes before a fixup frees the CID (I8).
         self.rec.running.store(0, Release);
         if !g.knob.is(Mutant::NoExitBarrier) {
-            compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_task_other if needed)
+            compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_task_recheck if needed)
         }
         let m = g.hot.mode.load(Acquire); // X3
         if m != g.hot.fast_task {
-            self.exit_task_other(w, m);
+            self.exit_task_recheck(w, m);
         }
     }
 
     /// Per-task exit that may need more: the full fence of a group without membarrier, or a switch ran.
     #[inline(never)]
-    fn exit_task_other(&mut self, w: u32, m: u32) {
+    fn exit_task_recheck(&mut self, w: u32, m: u32) {
         let m = self.group.inner.mode_after_light_barrier(m, Mutant::NoExitBarrier); // X3 after the whole barrier
         if m != PER_TASK {
             self.exit_slow_task(w, m);
@@ -64,17 +65,17 @@ impl Registration {
         g.slot(at).store(slot::owned(cid), Release);
         (self.hint_at, self.hint_word) = (at as u32, slot::owned(cid));
         if !g.knob.is(Mutant::NoExitBarrier) {
-            compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_core_other if needed)
+            compiler_fence(SeqCst); // X2, light side: pairs with F2 (completed in exit_core_recheck if needed)
         }
         let m = g.hot.mode.load(Acquire); // X3
         if m != g.hot.fast_cpu {
-            self.exit_core_other(at, cid, m);
+            self.exit_core_recheck(at, cid, m);
         }
     }
 
     /// Per-CPU exit that may need more: the full fence of a group without membarrier, or a switch ran.
     #[inline(never)]
-    fn exit_core_other(&mut self, at: usize, cid: u32, m: u32) {
+    fn exit_core_recheck(&mut self, at: usize, cid: u32, m: u32) {
         let m = self.group.inner.mode_after_light_barrier(m, Mutant::NoExitBarrier); // X3 after the whole barrier
         if m & ONCPU == 0 {
             self.exit_slow_core(at, cid, m);
@@ -83,7 +84,7 @@ impl Registration {
 
     /// Exit of a per-CPU (D-core's X1..X3) or temporary CID.
     #[inline(never)]
-    pub(crate) fn exit_other(&mut self, entered: Entered) {
+    pub(crate) fn exit_outstanding(&mut self, entered: Entered) {
         let g = &*self.group.inner;
         self.outstanding = Entered::NOTHING;
         match entered.held() {
@@ -120,7 +121,7 @@ impl Registration {
                     return;
                 }
                 // A CPU → task switch may have swept past this slot before our store: take it back.
-                if !g.take_idle(at, slot::owned(w), true, c) {
+                if !g.take_idle(at, slot::owned(w), Taker::Exit, c) {
                     return; // someone else took it (theirs now), or we deferred it to the claim holder's drain
                 }
             }
@@ -136,7 +137,7 @@ impl Registration {
     fn exit_slow_core(&mut self, at: usize, cid: u32, m: u32) {
         let g = &*self.group.inner;
         let c = &self.rec.counters;
-        if !g.take_idle(at, slot::owned(cid), true, c) {
+        if !g.take_idle(at, slot::owned(cid), Taker::Exit, c) {
             return; // a fixup or another borrower moved it on, or we deferred it to the claim holder's drain
         }
         if m == PER_TASK
@@ -175,6 +176,6 @@ impl Registration {
     #[cold]
     pub(crate) fn give_back_forgotten(&mut self) {
         self.rec.counters.bump(Ev::Forgotten);
-        self.exit_other(self.outstanding);
+        self.exit_outstanding(self.outstanding);
     }
 }

@@ -1,7 +1,7 @@
 //! The counter's whole-update sequences (design.md §9.2, §9.3): where a `ShardedCounter` update may run as one
 //! restartable sequence without a guard (`sequence_target`), and the update itself (`add_in_sequence`, and its loom
-//! twin `update_in_sequence`). The sequences themselves are `rseq/` (`add_if`, `add_if_owned`, and under loom `OnCpu::run_if*`); the slot
-//! words they compare are the core-slot protocol's (`inner/slots.rs`).
+//! twin `update_in_sequence`). The sequences themselves are `rseq/` (`add_if`, `add_if_owned`, and under loom
+//! `OnCpu::run_if*`); the slot words they compare are the core-slot protocol's (`inner/slots.rs`).
 
 use super::Registration;
 use crate::inner::Inner;

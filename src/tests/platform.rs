@@ -3,6 +3,7 @@
 //! A unit-test module; the same failures from a real seccomp filter are `tests/platform.rs`.
 
 use crate::group::*;
+use crate::inner::Taker;
 use crate::state::*;
 use crate::stats::{Counters, Stats};
 use crate::sys;
@@ -191,7 +192,7 @@ fn a_failed_claim_barrier_gives_the_claim_back() {
     let c = inner.bitmap.get();
     let idle = slot::owned(c);
     inner.slot(0).store(idle, Release);
-    assert!(!inner.take_idle(0, idle, true, &counters), "no barrier, no take");
+    assert!(!inner.take_idle(0, idle, Taker::Exit, &counters), "no barrier, no take");
     assert_eq!(inner.slot(0).load(Relaxed), idle, "the claim went back");
     assert!(inner.bitmap.is_set(c));
     assert_eq!(inner.claim.load(Relaxed), 0, "the claim lock is free");
@@ -201,7 +202,7 @@ fn a_failed_claim_barrier_gives_the_claim_back() {
     let other = slot_at(1 % inner.cores, 0);
     inner.slot(other).store(slot::owned(d), Release);
     assert!(inner.try_claim_lock());
-    assert!(!inner.take_idle(other, slot::owned(d), true, &counters), "deferred");
+    assert!(!inner.take_idle(other, slot::owned(d), Taker::Exit, &counters), "deferred");
     inner.claim_unlock(&counters);
     assert_eq!(inner.slot(0).load(Relaxed), idle, "the drain gave its claims back");
     assert_eq!(inner.slot(other).load(Relaxed), slot::owned(d));
@@ -213,9 +214,9 @@ fn a_failed_claim_barrier_gives_the_claim_back() {
 
     // Once membarrier works again, the next claim takes.
     inner.fail_barriers.set(0, 0);
-    assert!(inner.take_idle(0, idle, true, &counters));
+    assert!(inner.take_idle(0, idle, Taker::Exit, &counters));
     inner.bitmap.clear(c);
-    assert!(inner.take_idle(other, slot::owned(d), true, &counters));
+    assert!(inner.take_idle(other, slot::owned(d), Taker::Exit, &counters));
     inner.bitmap.clear(d);
     assert!(g.audit().is_consistent(), "{:?}", g.audit());
 }

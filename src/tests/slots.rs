@@ -1,6 +1,7 @@
 //! Tests of the core-slot protocol (`inner/slots.rs`) with real threads: restartable-sequence borrows, and an exit
 //! that defers its claim.
 
+use crate::inner::Taker;
 use crate::state::*;
 use crate::stats::Counters;
 use crate::stats::Stats;
@@ -63,9 +64,9 @@ fn an_exit_that_finds_the_claim_lock_held_defers_to_its_holder() {
     let counters = Counters::default();
 
     assert!(inner.try_claim_lock(), "the test is the holder");
-    assert!(!inner.take_idle(0, idle, false, &counters), "a stealer gives up");
+    assert!(!inner.take_idle(0, idle, Taker::Stealer, &counters), "a stealer gives up");
     assert_eq!(inner.claims_deferred.load(Relaxed), 0, "and flags nothing");
-    assert!(!inner.take_idle(0, idle, true, &counters), "an exit does not wait either");
+    assert!(!inner.take_idle(0, idle, Taker::Exit, &counters), "an exit does not wait either");
     assert_eq!(inner.claims_deferred.load(Relaxed), 1, "it flags its slot");
     assert_eq!(inner.slot(0).load(Relaxed), idle, "and leaves the CID there");
 
@@ -82,7 +83,7 @@ fn an_exit_that_finds_the_claim_lock_held_defers_to_its_holder() {
     let c = inner.bitmap.get();
     let at = slot_at(1 % inner.cores, 0);
     inner.slot(at).store(slot::owned(c), Release);
-    assert!(inner.take_idle(at, slot::owned(c), true, &counters));
+    assert!(inner.take_idle(at, slot::owned(c), Taker::Exit, &counters));
     assert_eq!(inner.claim.load(Relaxed), 0, "unlocked again");
     inner.bitmap.clear(c);
     assert!(g.audit().is_consistent(), "{:?}", g.audit());
