@@ -607,8 +607,8 @@ impl Group {
     pub fn loom_hold_core(&self, cpu: usize) {
         let g = &*self.inner;
         let c = g.bitmap.get();
-        // Set-up, before the model's threads are spawned (their spawn orders it); Release is not needed.
-        g.slot(slot_at(cpu, 0)).store(slot::busy(c), Ordering::Release);
+        // Relaxed: set-up, before the model's threads are spawned, which orders it before everything they do.
+        g.slot(slot_at(cpu, 0)).store(slot::busy(c), Ordering::Relaxed);
     }
 
     /// That guard's exit after the switch (`exit_slow_core` without adoption): X1, then the claim, which may

@@ -160,8 +160,9 @@ impl Inner {
     fn switch_to_per_cpu(&self, life: &mut Life) {
         life.counters.bump(Ev::SwitchToCpu);
         self.hot.mode.store(TO_PER_CPU, Ordering::Release); // F1
-                                                            // F2: pairs with E2 and X2. If it failed, the walk takes nothing: every registration keeps its CID until
-                                                            // its next enter gives it up (design.md §12).
+
+        // F2: pairs with E2 and X2. If it failed, the walk takes nothing: every registration keeps its CID until its
+        // next enter gives it up (design.md §12).
         if !self.fixup_barrier(life) {
             self.hot.mode.store(PER_CPU, self.completion_order()); // F4
             return;

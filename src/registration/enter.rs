@@ -334,7 +334,12 @@ impl Registration {
         // AcqRel: ownership moves in one RMW; pairs with a walk's CAS on the word (the other writer), I5.
         match self.rec.cid.compare_exchange(UNSET, n, AcqRel, Acquire) {
             Ok(_) => Held::Task(n),
-            Err(_) => Held::Temp(n), // unreachable by design.md §2.2; stay exclusive anyway
+            Err(w) => {
+                // Unreachable by design.md §2.2: only the owner stores a CID into its word, and we own none. Should it
+                // happen in a release build, `n` stays exclusive as a temporary.
+                debug_assert!(false, "install: our UNSET word became {w:#x}");
+                Held::Temp(n)
+            }
         }
     }
 
