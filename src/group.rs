@@ -169,8 +169,9 @@ impl Group {
     fn register_with(&self, handle: Group) -> Result<Registration, Error> {
         let inner = &*self.inner;
         let mut life = inner.life.lock();
+        let users = inner.users_locked(&life) + 1;
         // I2's hard bound plus one (design.md §2.4, §2.6): every allocation finds a free bit.
-        if !inner.bitmap.grow(life.users + 1 + inner.core_share() + 1) {
+        if !inner.bitmap.grow(users + inner.core_share() + 1) {
             return Err(Error::TooManyRegistrations { limit: self.registration_limit() });
         }
         let rec = Arc::new(RegRec::new());
@@ -184,9 +185,7 @@ impl Group {
                 life.regs.len() - 1
             }
         };
-        life.users += 1;
-        // Relaxed: stored under the lock; readers take a snapshot (`temp_bound`, `Group::users`).
-        inner.users.store(life.users, Ordering::Relaxed);
+        inner.set_users(&mut life, users);
         let flip = inner.update_limits(&mut life);
         inner.apply(&mut life, flip);
         // Relaxed: we hold the lifecycle lock, and only its holder stores the mode.
@@ -332,7 +331,14 @@ impl Group {
         duplicates.dedup();
         let unmarked = owned.iter().copied().filter(|&c| !inner.bitmap.is_set(c)).collect();
         let listed = life.regs.iter().flatten().count();
-        Audit { bits: inner.bitmap.count(), owners: owned.len(), duplicates, unmarked, users: life.users, listed }
+        Audit {
+            bits: inner.bitmap.count(),
+            owners: owned.len(),
+            duplicates,
+            unmarked,
+            users: inner.users_locked(&life),
+            listed,
+        }
     }
 }
 
@@ -559,7 +565,6 @@ impl GroupBuilder {
                 users: AtomicUsize::new(0),
                 handles: std::sync::atomic::AtomicUsize::new(1),
                 life: Mutex::new(Life {
-                    users: 0,
                     regs: Vec::new(),
                     free: Vec::new(),
                     allowed,

@@ -61,6 +61,8 @@ pub(crate) struct Inner {
     /// Possible cores (the kernel's N), or the number of virtual cores.
     pub(crate) cores: usize,
     pub(crate) virtual_cpus: bool,
+    /// Registrations in the group: stored only under the lifecycle lock (`set_users`), so its holder reads it exactly
+    /// (`users_locked`); anyone else reads a snapshot (`temp_bound`, `Group::users`, the switch checks' hints).
     pub(crate) users: AtomicUsize,
     /// Counted `Group` handles (see `Group::counted`). A plain std atomic even under loom: its one ordering
     /// argument (the Release decrement in `Drop` against the Acquire load in `is_abandoned`) serves only the
@@ -87,7 +89,6 @@ pub(crate) struct Inner {
 
 /// State changed only under the lifecycle lock (the kernel's `mm_cid.mutex` + `mm_cid.lock`).
 pub(crate) struct Life {
-    pub(crate) users: usize,
     /// The explicit registration list walked by task → CPU fixups (kernel 192d852129b1).
     pub(crate) regs: Vec<Option<Arc<RegRec>>>,
     pub(crate) free: Vec<usize>,
@@ -123,6 +124,20 @@ impl RegRec {
 }
 
 impl Inner {
+    /// The number of registrations, for the holder of the lifecycle lock (`life` is its proof): exact, as only the
+    /// holder stores it. Relaxed: the previous holder's store happens before our lock (the lock's Acquire), and
+    /// ours is sequenced before.
+    pub(crate) fn users_locked(&self, _life: &Life) -> usize {
+        self.users.load(Ordering::Relaxed)
+    }
+
+    /// Sets the number of registrations; only under the lifecycle lock (`life`). Relaxed: lock-free readers take
+    /// a snapshot (`temp_bound`, `Group::users`, the switch checks' hints), and the lock orders it for the next
+    /// holder.
+    pub(crate) fn set_users(&self, _life: &mut Life, users: usize) {
+        self.users.store(users, Ordering::Relaxed);
+    }
+
     /// Called by `Registration::drop` (≈ exit).
     pub(crate) fn unregister(&self, rec: &RegRec, index: usize) {
         let mut life = self.life.lock();
@@ -139,12 +154,11 @@ impl Inner {
             life.counters.bump(Ev::BitmapClear);
         }
         life.counters.absorb(&rec.counters);
-        life.users -= 1;
-        // Relaxed: stored under the lock; readers take a snapshot (`temp_bound`, `Group::users`).
-        self.users.store(life.users, Ordering::Relaxed);
+        let users = self.users_locked(&life) - 1;
+        self.set_users(&mut life, users);
         let flip = self.update_limits(&mut life);
         self.apply(&mut life, flip);
-        if life.users == 0 {
+        if users == 0 {
             // Nobody is left to use a core's CID: nothing stays marked (I5).
             self.sweep_slots(&mut life);
         }

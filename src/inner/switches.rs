@@ -56,8 +56,9 @@ impl Inner {
         }
     }
 
-    fn opt(&self, life: &Life) -> usize {
-        life.allowed.len().min(life.users)
+    /// The kernel's `opt`: the CIDs the group needs at most, `min(allowed cores, users)`.
+    fn opt(life: &Life, users: usize) -> usize {
+        life.allowed.len().min(users)
     }
 
     /// Switch-back threshold, clamped to ≥ 1 (kernel fix e2e2aaec3d3d).
@@ -67,21 +68,22 @@ impl Inner {
 
     /// Recomputes `max_cids` and decides whether the mode must flip (kernel `mm_update_max_cids`).
     pub(crate) fn update_limits(&self, life: &mut Life) -> Flip {
-        let opt = self.opt(life);
-        if life.occupied && life.users < self.switch_back_threshold(opt) {
+        let users = self.users_locked(life);
+        let opt = Self::opt(life, users);
+        if life.occupied && users < self.switch_back_threshold(opt) {
             life.occupied = false; // few enough users for the kernel's rules again (design.md §3.1)
         }
         let kernel_max = (opt + opt / 4).min(self.cores);
-        let max = if life.occupied { kernel_max.max(life.users) } else { kernel_max };
+        let max = if life.occupied { kernel_max.max(users) } else { kernel_max };
         // Relaxed: lock held; a reader's stale value only changes whether it converges (as the kernel's READ_ONCE).
         self.hot.max_cids.store(max as u32, Ordering::Relaxed);
         // Relaxed: the caller holds the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
-            if life.users > max && !life.occupied {
+            if users > max && !life.occupied {
                 life.switch_back_below = self.switch_back_threshold(opt);
                 return Flip::ToPerCpu;
             }
-        } else if life.users < life.switch_back_below {
+        } else if users < life.switch_back_below {
             life.switch_back_below = 0;
             return Flip::ToPerTask;
         }
@@ -102,7 +104,7 @@ impl Inner {
         // Relaxed: we hold the lifecycle lock, and only its holder stores the mode.
         if self.hot.mode.load(Ordering::Relaxed) != PER_CPU
             || life.occupied
-            || !occupied_at(self.holders(), life.users, self.max_cids())
+            || !occupied_at(self.holders(), self.users_locked(&life), self.max_cids())
         {
             return;
         }
@@ -126,7 +128,7 @@ impl Inner {
         }
         let Some(mut life) = self.life.try_lock() else { return };
         // Relaxed: we hold the lifecycle lock, and only its holder stores the mode and `max_cids`.
-        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU || life.users > self.max_cids() {
+        if self.hot.mode.load(Ordering::Relaxed) != PER_CPU || self.users_locked(&life) > self.max_cids() {
             return;
         }
         life.switch_back_below = 0;
@@ -202,7 +204,7 @@ impl Inner {
         // failed, the sweep of a CAS group still runs (a slot CAS against a borrow CAS needs no barrier), an rseq
         // group's does not (a sequence in flight could commit over the EMPTY slot): its idle core CIDs stay until
         // a later switch or the last drop (design.md §12).
-        if life.users == 0 || self.fixup_barrier(life) || !self.hot.rseq {
+        if self.users_locked(life) == 0 || self.fixup_barrier(life) || !self.hot.rseq {
             self.sweep_slots(life);
         }
         self.hot.mode.store(PER_TASK, self.completion_order()); // F4
