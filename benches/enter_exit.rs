@@ -24,8 +24,7 @@
 //! bench prints its own table of median ns/op/thread with ratios against `private_store` of the same run,
 //! and per line the mode and the share of enters that took the fast path.
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness::bench as common;
 
 use common::{allowed_cpus, bench_line, thread_counts, Line, Pool, Rseq, Summary, Work};
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -18,8 +18,7 @@
 //! After each line the bench checks conservation (the sum equals the adds performed) and records the shards or
 //! slots allocated; at the end it prints a table with ratios against `private_store` of the same run.
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness::bench as common;
 
 use common::{allowed_cpus, bench_line, thread_counts, Line, Pool, Rseq, Summary};
 use criterion::{criterion_group, criterion_main, Criterion};

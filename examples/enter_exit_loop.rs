@@ -19,8 +19,7 @@
 //! between two chunks once the run has taken a few seconds, so runs of up to 2^24 iterations (callgrind's) are one
 //! call of the measured loop.
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness as common;
 
 use common::cli::{self, Args, Flag};
 use common::{errln, outln};

@@ -29,8 +29,7 @@
 //! cargo run --release --example hackbench -- --compare --groups-list 1,2,4,8,16 -f 20 -l 500 --repeats 5 --pin
 //! ```
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness as common;
 
 use common::cli::{self, Args, Flag};
 use common::{

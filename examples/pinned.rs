@@ -10,8 +10,7 @@
 //! which CIDs each core's thread used and the per-CID totals, and exits non-zero unless the grand total is exactly
 //! threads × iterations (a lost update would show here).
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness as common;
 
 use common::cli::{self, Args, Flag};
 use common::{errln, outln};

@@ -8,8 +8,7 @@
 //! Defaults: 8 threads × 1 000 000 adds each. The group's cores are the process's affinity mask, so with more
 //! threads than cores the counter holds about one shard per core (per-CPU mode), not one per thread.
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness as common;
 
 use common::cli::{self, Args, Flag};
 use common::{errln, outln};

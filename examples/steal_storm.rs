@@ -19,8 +19,7 @@
 //! * `wander`: a mostly idle group on 4 virtual cores: 5 users (per-CPU), then 2 (threshold 2: still per-CPU,
 //!   `max_cids` 2); each of the two enters on the next core at every round, the other one two cores ahead.
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness as common;
 
 use common::cli::{self, Args, Flag};
 use common::{errln, outln};

@@ -28,8 +28,7 @@
 //! cargo run --release --example thread_pools -- -p 8 -t 8 --virtual-cpus 16 --compare
 //! ```
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness as common;
 
 use common::cli::{self, Args, Flag};
 use common::{

@@ -20,10 +20,8 @@
 //! (the median over `--repeats` interleaved repeats) and the shards or slots the approach used; every total is
 //! checked against the updates made.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/peers.rs"]
-mod peers;
+use mmcid_harness as common;
+use mmcid_harness::peers;
 
 use common::cli::{self, Args, Flag};
 use common::{errln, out, outln};

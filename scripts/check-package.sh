@@ -3,8 +3,8 @@
 # nothing else. Required: the manifest, the front page, the changelog, both licenses, the library, and the docs the
 # crate docs and the README point to (src/lib.rs includes docs/design.md and docs/loom.md with include_str!, so the
 # package would not build without them). Allowed besides: library sources, docs, and the examples', tests' and benches'
-# sources. Anything else (.ci, scripts, loom-tests, policies, logs, data) fails the check. Needs no network once the
-# dependencies are in cargo's cache; writes only target/package/.
+# sources. Anything else (.ci, scripts, loom-tests, policies, harness, logs, data) fails the check. Needs no network
+# once the dependencies are in cargo's cache; writes only target/package/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +15,7 @@ for f in Cargo.toml README.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE src/lib.rs
     grep -qxF "$f" <<<"$packaged" || missing+=" $f"
 done
 allowed='\.cargo_vcs_info\.json|Cargo\.(toml|toml\.orig|lock)|README\.md|CHANGELOG\.md|LICENSE-(MIT|APACHE)'
-allowed+='|src/[a-z0-9_]+\.rs|docs/[a-z0-9_-]+\.md|(examples|tests|benches)/(common/)?[a-z0-9_]+\.rs'
+allowed+='|src/([a-z0-9_]+/)?[a-z0-9_]+\.rs|docs/[a-z0-9_-]+\.md|(examples|tests|benches)/[a-z0-9_]+\.rs|tests/common/[a-z0-9_]+\.rs'
 unexpected=$(grep -Evx "$allowed" <<<"$packaged" || true)
 if [ -n "$missing" ] || [ -n "$unexpected" ]; then
     echo "package: missing:${missing:- none}" >&2

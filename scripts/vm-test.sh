@@ -30,8 +30,9 @@
 #   -h, --help           this text
 # Selection (positional, any number) [tests]:
 #   tests                every test binary cargo test --workspace builds (the library's unit tests,
-#                        tests/*.rs, the examples' unit tests, mmcid-policies' tests; not the loom models)
-#   main                 the library's unit tests and tests/*.rs, and mmcid-policies' tests
+#                        tests/*.rs, the examples' unit tests, mmcid-policies' and mmcid-harness' tests; not the
+#                        loom models)
+#   main                 the library's unit tests and tests/*.rs, and mmcid-policies' and mmcid-harness' tests
 #   examples             every example check (below); examples:NAME one of hackbench, thread_pools, pinned,
 #                        sharded_counter
 #   all                  tests and examples

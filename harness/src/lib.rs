@@ -1,49 +1,52 @@
-//! Helpers shared by the examples: the command line ([`cli`]), output that ends quietly on a closed pipe
+//! What mmcid's examples and benches share: the command line ([`cli`]), output that ends quietly on a closed pipe
 //! ([`outln!`]), progress on stderr, statistics (paired costs, a distribution-free confidence interval for their
 //! median, the goal verdicts) and tables for the benchmark examples (`hackbench`, `thread_pools`), the thread limit
-//! for all of them. Included with `#[path = "common/mod.rs"] mod common;`; not an example of its own.
-#![allow(dead_code, unused_macros, unused_imports)]
+//! for all of them ([`MAX_THREADS`]); the examples' peers ([`peers`]); and the criterion benches' harness
+//! ([`mod@bench`]). A workspace crate the examples and benches use as a dev-dependency
+//! (`use mmcid_harness as common;`), not published.
 
 /// `println!` for the examples' output: through [`write_out`], so a closed pipe ends the program quietly.
+#[macro_export]
 macro_rules! outln {
     () => {
-        $crate::common::write_out(format_args!("\n"))
+        $crate::write_out(format_args!("\n"))
     };
     ($($arg:tt)*) => {
-        $crate::common::write_out(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::write_out(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
-pub(crate) use outln;
 
 /// `print!` through [`write_out`].
+#[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {
-        $crate::common::write_out(format_args!($($arg)*))
+        $crate::write_out(format_args!($($arg)*))
     };
 }
-pub(crate) use out;
 
 /// `eprintln!` for the examples' messages and progress: through [`write_err`], so a closed stderr is no panic.
+#[macro_export]
 macro_rules! errln {
     () => {
-        $crate::common::write_err(format_args!("\n"))
+        $crate::write_err(format_args!("\n"))
     };
     ($($arg:tt)*) => {
-        $crate::common::write_err(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::write_err(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
-pub(crate) use errln;
 
 /// `eprint!` through [`write_err`].
+#[macro_export]
 macro_rules! err {
     ($($arg:tt)*) => {
-        $crate::common::write_err(format_args!($($arg)*))
+        $crate::write_err(format_args!($($arg)*))
     };
 }
-pub(crate) use err;
 
+pub mod bench;
 pub mod cli;
 mod median;
+pub mod peers;
 pub use median::median;
 
 /// Writes to stderr, ignoring errors: a message or a progress line that cannot be shown (stderr closed, as in
@@ -679,7 +682,6 @@ fn milestone(done: usize, total: usize) -> bool {
 }
 
 /// Test-only helpers shared by the examples' tests.
-#[cfg(test)]
 pub mod testing {
     use mmcid_policies::{NoCid, Policy};
     use std::sync::atomic::{AtomicUsize, Ordering};

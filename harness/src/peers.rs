@@ -1,8 +1,7 @@
 //! The peers' building blocks for the benchmark examples: cache-padded arrays indexed by `sched_getcpu` or by the
 //! kernel's rseq `mm_cid` (read through glibc's `__rseq_offset`), and a restartable-sequence increment indexed by
-//! `mm_cid`, the way the kernel's rseq selftests and the rseq library count per CPU. Included with
-//! `#[path = "common/peers.rs"] mod peers;`.
-#![allow(dead_code)]
+//! `mm_cid`, the way the kernel's rseq selftests and the rseq library count per CPU. Used by `examples/use_case.rs`
+//! and the benches (`bench.rs`).
 
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -24,6 +23,7 @@ pub fn getcpu() -> usize {
 /// One cache-padded `AtomicU64` per index.
 pub struct Padded(Box<[CachePadded<AtomicU64>]>);
 
+#[allow(clippy::len_without_is_empty)] // a fixed set of cells, sized once for the machine's CPUs or CIDs
 impl Padded {
     pub fn new(n: usize) -> Padded {
         Padded((0..n).map(|_| CachePadded::new(AtomicU64::new(0))).collect())

@@ -1,4 +1,4 @@
-//! Helpers shared by `benches/enter_exit.rs` and `benches/sharded_counter.rs`:
+//! Helpers shared by `benches/enter_exit.rs` and `benches/sharded_counter.rs` (`use mmcid_harness::bench as common;`):
 //!
 //! * [`Pool`]: a persistent worker pool timed with two barriers (criterion's `iter_custom`), so thread spawn cost
 //!   never lands in a sample of a nanosecond-scale operation;
@@ -301,13 +301,10 @@ impl Summary {
     }
 }
 
-#[path = "../../examples/common/median.rs"]
-mod median;
-
 /// The samples' median (the examples' one, the mean of the two middle samples for an even count); `None` without
 /// samples.
 fn median(samples: &[f64]) -> Option<f64> {
-    Some(median::median(samples)).filter(|m| !m.is_nan())
+    Some(crate::median(samples)).filter(|m| !m.is_nan())
 }
 
 /// A value and its ratio to the baseline, formatted for the table.
@@ -437,6 +434,4 @@ fn check_sum(slots: &Padded, pool: &Pool, note: &str) -> String {
 // ---------------------------------------------------------------------------------------------------------------
 // The peers' building blocks: the same file the benchmark examples use, so both measure one implementation.
 
-#[path = "../../examples/common/peers.rs"]
-mod peers;
-pub use peers::{getcpu, possible_cpus, Padded, Rseq};
+pub use crate::peers::{getcpu, possible_cpus, Padded, Rseq};

@@ -1,5 +1,5 @@
-//! The one median of the workspace: the examples' statistics (`common/mod.rs`) and the criterion benches' tables
-//! (`benches/common/mod.rs`, through `#[path = "../../examples/common/median.rs"]`) both use it.
+//! The one median of the workspace: the examples' statistics (`lib.rs`) and the criterion benches' tables
+//! (`bench.rs`) both use it.
 
 /// The median of `v` (the mean of the two middle values for an even count); NaN for an empty slice.
 pub fn median(v: &[f64]) -> f64 {
