@@ -1,8 +1,8 @@
-//! The guard (design.md §4.2, §4.6): `CidGuard`, the proof that its holder owns a CID, and what it records of its
-//! enter (`Entered`, one packed `u64` with its bit table, and the `Held` it unpacks to) so that its drop runs the
-//! matching exit of the registration's state machine (`exit.rs`). A guard of `Group::enter` owns its registration,
-//! lent by the thread-local layer (`local.rs`), and its drop gives it back there after the exit. Also the public
-//! names of what a guard holds: `Cid` and `CidKind`.
+//! The guard (design.md §4.2, §4.6): `CidGuard`, the proof that its holder owns a CID, and what it records of its enter
+//! (`Entered`, one packed `u64` with its bit table, and the `Held` it unpacks to) so that its drop runs the matching
+//! exit of the registration's state machine (`registration/exit.rs`). A guard of `Group::enter` owns its registration,
+//! lent by the thread-local layer (`local.rs`), and its drop gives it back there after the exit. Also the public names
+//! of what a guard holds: `Cid` and `CidKind`.
 
 use crate::registration::Registration;
 use crate::state::core_of;

@@ -1,6 +1,7 @@
 //! The thread-local convenience layer (design.md §9.1, §9.1.1): `Group::enter` for code that does not manage
 //! registrations, the registration it lends each thread, and the guard's give-back of it (`give_back`, which the
-//! drop in `guard.rs` calls after the exit). An enter through here runs `Registration::enter_raw` (`enter.rs`).
+//! drop in `guard.rs` calls after the exit). An enter through here runs `Registration::enter_raw`
+//! (`registration/enter.rs`).
 //!
 //! Each thread parks one registration, of the group it used last, in a thread-local slot: `Group::enter` marks it
 //! in use there (one plain store: the slot's group id becomes 0) and the guard's drop marks it parked again (one

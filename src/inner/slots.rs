@@ -4,9 +4,9 @@
 //! deferral of exits that find it held and its holder's drain). The whole-update sequences a `ShardedCounter` runs on a
 //! slot's or a registration's CID without a guard are `registration/sequence.rs`.
 //!
-//! The slot word's state table is `state::slot`. The enter and exit state machines (`enter.rs`, `exit.rs`) and the
-//! switches' sweeps (`switches.rs`) read and write slots through what is here; the barriers the claims wait for are
-//! in `barriers.rs`.
+//! The slot word's state table is `state::slot`. The enter and exit state machines (`registration/enter.rs`, `exit.rs`)
+//! and the switches' sweeps (`switches.rs`) read and write slots through what is here; the barriers the claims wait for
+//! are in `barriers.rs`.
 
 use super::Inner;
 use crate::mutants::Mutant;
@@ -19,7 +19,7 @@ use crate::sync::{fence, AtomicU32, Ordering};
 /// Who takes an idle CID with `Inner::take_idle`: what it does when it finds the claim lock held.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Taker {
-    /// A converging stealer (`enter.rs`): gives up, and converges at a later enter (I6).
+    /// A converging stealer (`registration/enter.rs`): gives up, and converges at a later enter (I6).
     Stealer,
     /// An exit giving up its core's CID, or a test standing for one: leaves the slot to the lock's holder
     /// (`defer_claim`).

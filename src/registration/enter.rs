@@ -5,9 +5,9 @@
 //! out of line: the slow paths of both modes, convergence below `max_cids` (I4) and its steals, and the give-back of
 //! a forgotten guard before entering again (§4.6).
 //!
-//! What an enter reaches outside this module: the slot protocol (`slots.rs`: the borrow, a steal's take), the light
-//! barrier's full fence without membarrier (`barriers.rs`), the bitmap, and the two switches an enter may try to
-//! start (`switches.rs`); the returned guard is `guard.rs`'s.
+//! What an enter reaches outside this module: the slot protocol (`inner/slots.rs`: the borrow, a steal's take), the
+//! light barrier's full fence without membarrier (`inner/barriers.rs`), the bitmap, and the two switches an enter may
+//! try to start (`inner/switches.rs`); the returned guard is `guard.rs`'s.
 
 use crate::guard::{CidGuard, Entered, Held};
 use crate::inner::{Inner, Taker};

@@ -5,8 +5,8 @@
 //! (adoption, §4.4); a forgotten guard's CID is given back the same way at its registration's next enter or drop
 //! (§4.6).
 //!
-//! What an exit reaches outside this module: the light barrier (`barriers.rs`: its full fence in a group without
-//! membarrier, and the whole barrier before the adoption re-check), the slot protocol's take (`slots.rs`) and the
+//! What an exit reaches outside this module: the light barrier (`inner/barriers.rs`: its full fence in a group without
+//! membarrier, and the whole barrier before the adoption re-check), the slot protocol's take (`inner/slots.rs`) and the
 //! bitmap.
 
 use crate::guard::{Entered, Held};
