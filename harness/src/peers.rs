@@ -183,7 +183,9 @@ impl Rseq {
     }
 }
 
-/// The calling thread's CPU time, in ns.
+/// The calling thread's CPU time, in ns. `#[inline]`: callers in other crates may inline it, as they could when the
+/// examples and benches included this file.
+#[inline]
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
