@@ -17,6 +17,15 @@ mod imp {
     /// build relies on its compiler fence (docs/loom.md, "How the asymmetric (membarrier) fast path is modelled").
     pub(crate) fn compiler_fence(_order: Ordering) {}
 
+    /// A load of `a` by a thread that holds the lock every store to `a` is made under: loom's unsynchronised
+    /// load, which is no scheduling point (the plain read of lock-protected data it stands for is none either) and
+    /// which loom checks: a store concurrent with it panics.
+    pub(crate) fn load_under_lock(a: &AtomicUsize) -> usize {
+        // SAFETY: every store to `a` is made under the lock the caller holds, so none is concurrent with this load
+        // (loom panics if one is).
+        unsafe { a.unsync_load() }
+    }
+
     /// A mutex with parking_lot's infallible `lock()`.
     #[derive(Debug)]
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
@@ -75,6 +84,13 @@ mod imp {
     }
     pub(crate) use std::sync::atomic::{compiler_fence, fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::Arc;
+
+    /// A load of `a` by a thread that holds the lock every store to `a` is made under. Relaxed: the lock orders
+    /// every such store before this load.
+    #[inline]
+    pub(crate) fn load_under_lock(a: &AtomicUsize) -> usize {
+        a.load(Ordering::Relaxed)
+    }
 }
 
 pub(crate) use imp::*;

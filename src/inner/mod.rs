@@ -125,10 +125,11 @@ impl RegRec {
 
 impl Inner {
     /// The number of registrations, for the holder of the lifecycle lock (`life` is its proof): exact, as only the
-    /// holder stores it. Relaxed: the previous holder's store happens before our lock (the lock's Acquire), and
-    /// ours is sequenced before.
+    /// holder stores it (the previous holder's store happens before our lock, and ours is sequenced before). Under
+    /// loom an unsynchronised load, which loom checks against every store, and no scheduling point, as the plain
+    /// field it replaces was none (`sync::load_under_lock`).
     pub(crate) fn users_locked(&self, _life: &Life) -> usize {
-        self.users.load(Ordering::Relaxed)
+        crate::sync::load_under_lock(&self.users)
     }
 
     /// Sets the number of registrations; only under the lifecycle lock (`life`). Relaxed: lock-free readers take
