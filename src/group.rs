@@ -587,9 +587,12 @@ impl GroupBuilder {
     }
 
     fn build_unchecked(self) -> Group {
-        // First: a fork from now on waits for this build's process-wide probes below (design.md §12.2).
+        // First: the fork handlers exist from now on, and a fork waits for this build's membarrier probes and its
+        // `track` under the registry lock (design.md §12.2).
         #[cfg(not(loom))]
         crate::fork::install();
+        #[cfg(not(loom))]
+        let registry = crate::fork::registry();
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let asym = self.asymmetric && sys::membarrier_available();
@@ -656,7 +659,7 @@ impl GroupBuilder {
             counted: true,
         };
         #[cfg(not(loom))]
-        crate::fork::track(&group.inner);
+        crate::fork::track(registry, &group.inner);
         group
     }
 }
@@ -728,11 +731,12 @@ impl Inner {
     }
 }
 
+/// Dropping the hold releases both locks, whatever drops it (the fork's parent or child handler, or an unwind):
+/// the claim lock the usual way (draining what exits deferred to us meanwhile, counted under the lifecycle lock we
+/// still hold), then the lifecycle lock, as the `life` field drops after this.
 #[cfg(not(loom))]
-impl ForkHold<'_> {
-    /// After the fork, in the parent and in the child alike: the claim lock is unlocked the usual way (draining
-    /// what exits deferred to us meanwhile, counted under the lifecycle lock we still hold), then the lifecycle lock.
-    pub(crate) fn release(self) {
+impl Drop for ForkHold<'_> {
+    fn drop(&mut self) {
         self.inner.claim_unlock(&self.life.counters);
     }
 }
