@@ -130,7 +130,8 @@ pub(crate) struct Life {
     /// Switch-back threshold; non-zero ⇔ per-CPU mode wanted.
     pub(crate) thrs: usize,
     /// Per-CPU ownership was found to use as many CIDs as per-task ownership would (design.md §3.1): per-task
-    /// mode, with `max_cids` at least `users`, until `users` falls below the kernel's switch-back threshold.
+    /// mode, with `max_cids` at least `users`, until `users` falls below the switch-back threshold of the allowed
+    /// cores (`thrs(allowed)`, the threshold per-CPU mode had when the mark was set).
     pub(crate) occupied: bool,
     /// Lifecycle events plus the counters of dropped registrations.
     pub(crate) counters: Counters,

@@ -68,8 +68,10 @@ impl Inner {
     /// Recomputes `max_cids` and decides whether the mode must flip (kernel `mm_update_max_cids`).
     pub(crate) fn update_limits(&self, life: &mut Life) -> Flip {
         let opt = self.opt(life);
-        if life.occupied && life.users < self.thrs(opt) {
-            life.occupied = false; // few enough users for the kernel's rules again (design.md §3.1)
+        // The mark's rule (design.md §3.1): it clears below the switch-back threshold of the allowed cores, the one
+        // per-CPU mode had when the mark was set (not `thrs(opt)`: `opt ≤ users` puts that below `users` but at 0).
+        if life.occupied && life.users < self.thrs(life.allowed.len()) {
+            life.occupied = false; // few enough users for the kernel's rules again
         }
         let kernel_max = (opt + opt / 4).min(self.cores);
         let max = if life.occupied { kernel_max.max(life.users) } else { kernel_max };
