@@ -592,6 +592,8 @@ impl GroupBuilder {
         // `track` under the registry lock (design.md §12.2).
         #[cfg(not(loom))]
         crate::fork::install();
+        // Here, not on the hot path: it takes the loader's lock (before the registry lock: no loader lock under it).
+        sys::rseq::probe();
         #[cfg(not(loom))]
         let registry = crate::fork::registry();
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
@@ -600,7 +602,6 @@ impl GroupBuilder {
         // Loom has no membarrier; a group whose membarrier fails is still built as one that has it.
         #[cfg(loom)]
         let asym = asym || self.failing_barriers;
-        sys::rseq::probe(); // here, not on the hot path: it takes the loader's lock
 
         // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
         #[cfg(not(loom))]

@@ -225,8 +225,8 @@ fn fork_from_a_destructor() {
         // Made first, so destroyed last (the standard library runs thread-local destructors last-made first):
         // by then every other thread-local of this thread, the fork handlers' included, is gone.
         FORK_AT_EXIT.with(|f| *f.borrow_mut() = Some(ForkAtExit(g2.clone())));
-        // A fork from this thread while its thread-locals are alive (the handlers' own state is made now, if it
-        // is a thread-local).
+        // A fork from this thread while its thread-locals are alive: any thread-local state the handlers keep is
+        // made now, after `FORK_AT_EXIT`, and so destroyed before its destructor forks.
         assert_eq!(fork_and_wait(|| 0), Child::Exited(0));
         let mut r = g2.register();
         drop(r.enter());
