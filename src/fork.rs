@@ -9,13 +9,15 @@
 //! descheduled for ever inside or between guards), so CIDs stay exclusive and below the hard bound, at worst less
 //! compact. New registrations, `Group::enter`, `ShardedCounter` and `PerCid` work in the child.
 //!
-//! The handlers are installed when the first group is built (`install`), and every group is remembered by a weak
-//! reference (`track`). The prepare handler first completes the process-wide probes a build makes
-//! (`sys::finish_probes`), then takes the registry's lock, then each live group's lifecycle lock and claim lock in
-//! the order of the groups' ids; the parent and child handlers release them in the forking thread (which is the
-//! child's only thread). Nothing else ever holds two of these locks, or the registry's lock and a group's, so the
-//! order cannot deadlock. A fork therefore waits for every register, drop, switch, `stats` call and claim in
-//! progress, in every group of the process.
+//! The handlers are installed when the first group is built (`install`, a state a child may find half-done and
+//! finish), and every group is remembered by a weak reference (`track`). The prepare handler first completes the
+//! process-wide state made lazily outside the registry lock (`sys::finish_probes`, `local::finish_reaper_key`), then
+//! takes the registry lock (which a build holds across its membarrier probes), then each live group's lifecycle
+//! lock and claim lock in the order of the groups' ids, and leaves them, as guards that unlock on drop, in a
+//! process-wide slot; the parent and child handlers take them out and drop them in the forking thread (which is
+//! the child's only thread). Nothing else ever holds two of these locks, or the registry lock and a group's, so the
+//! order cannot deadlock. A fork therefore waits for every group build, register, drop, switch, `stats` call and
+//! claim in progress, in every group of the process.
 //!
 //! Limits: `vfork`, `clone` without fork handlers and `_Fork` run no handlers and are not covered; a fork from a
 //! signal handler that interrupted its own thread inside one of those operations would wait for itself. The child
@@ -24,38 +26,87 @@
 //! the child.
 
 use crate::inner::{ForkHold, Inner};
-use std::cell::RefCell;
-use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError, Weak};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-/// Every group built in this process, weakly (dead ones are pruned as the list grows).
+/// Every group built in this process, weakly (dead ones are pruned as the list grows). Its lock is the registry
+/// lock: held by a group build across its process-wide probes and its `track`, and by the forking thread from its
+/// prepare handler to its parent or child handler.
 static GROUPS: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
-/// What the prepare handler holds until the parent or child handler releases it: the registry's lock and each
-/// live group's locks, with a strong reference that keeps the group alive until its hold is released.
+/// The registry lock, held.
+pub(crate) type Registry = MutexGuard<'static, Vec<Weak<Inner>>>;
+
+/// What the prepare handler holds until the parent or child handler releases it: the registry lock and each live
+/// group's locks, with a strong reference that keeps the group alive until its hold is dropped. Every lock in it
+/// is a guard that unlocks on drop (`ForkHold` releases the claim lock, then the lifecycle lock), so whatever
+/// drops a `Held`, on whatever path, releases everything; fields drop in order: the groups, then the registry.
 struct Held {
-    groups: Vec<(ForkHold<'static>, Arc<Inner>)>,
-    _registry: MutexGuard<'static, Vec<Weak<Inner>>>,
+    _groups: Vec<(ForkHold<'static>, Arc<Inner>)>,
+    _registry: Registry,
 }
 
-thread_local! {
-    /// The forking thread's `Held`, from its prepare handler to its parent or child handler (the same thread).
-    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
-}
+// SAFETY: a `Held` leaves the thread that made it only in the sense that it sits in the process-wide `HELD`
+// between handlers: the prepare handler stores it and the parent handler of the same thread, or the child handler
+// in the child's copy of that thread, takes it and drops it, so every lock in it is unlocked by the thread that
+// locked it (or its copy in the child). Its other parts (`Arc<Inner>`, `&Inner`) are `Send`.
+unsafe impl Send for Held {}
 
-/// Installs the fork handlers, once per process. Called at the start of every group build, before the build's
-/// process-wide probes, so that a fork racing the process's first build waits for them.
+/// The `Held` of the fork in flight: written by a prepare handler, which holds the registry lock inside the value it
+/// writes, and taken by that thread's parent or child handler, before it drops the value (and so that lock). Only
+/// one fork per process is ever between its handlers, since each holds the registry lock all that time: a
+/// process-wide slot, not a thread-local, so that a fork from a thread-local destructor, where the thread's
+/// thread-locals may be gone, holds and releases its locks like any other.
+static HELD: Mutex<Option<Held>> = Mutex::new(None);
+
+/// `INSTALL` states other than an installing process's id.
+const NOT_INSTALLED: i64 = 0;
+const INSTALLED: i64 = -1;
+
+/// Whether this process's fork handlers are installed: `NOT_INSTALLED`, `INSTALLED`, or the id of the process a
+/// thread of which is installing them now. A process id other than ours is the parent's (or an older ancestor's):
+/// it forked us while one of its threads was inside `install`, before the handlers were registered (had they
+/// been, our child handler would have stored `INSTALLED`), and that thread does not exist here. So a child may
+/// find this half-done and finishes it itself, where a `Once` would make it wait for ever.
+static INSTALL: AtomicI64 = AtomicI64::new(NOT_INSTALLED);
+
+/// Installs the fork handlers, once per process. Called at the start of every group build, before the build takes
+/// the registry lock for its process-wide probes (`registry`), so that a fork racing the process's first build
+/// waits for them.
 pub(crate) fn install() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        // SAFETY: pthread_atfork takes three `extern "C" fn()` handlers that live as long as the process; it fails
-        // only with ENOMEM, which leaves forks unprotected (as before there were handlers) and is not fatal.
-        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-    });
+    // Acquire/Release: nothing is published through `INSTALL` but the fact itself; the C library orders the
+    // registration against forks (glibc holds its handler list's lock across a fork's prepare phase).
+    if INSTALL.load(Ordering::Acquire) == INSTALLED {
+        return;
+    }
+    let me = i64::from(std::process::id());
+    loop {
+        match INSTALL.load(Ordering::Acquire) {
+            INSTALLED => return,
+            // Another thread of this process is registering them: a single `pthread_atfork` call.
+            s if s == me => std::thread::yield_now(),
+            s => {
+                // Not installed, or an ancestor's installation that this process never saw finish.
+                if INSTALL.compare_exchange(s, me, Ordering::Acquire, Ordering::Acquire).is_ok() {
+                    // SAFETY: pthread_atfork takes three `extern "C" fn()` handlers that live as long as the
+                    // process; it fails only with ENOMEM, which leaves forks unprotected (as before there were
+                    // handlers) and is not fatal.
+                    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+                    INSTALL.store(INSTALLED, Ordering::Release);
+                    return;
+                }
+            }
+        }
+    }
 }
 
-/// Remembers a new group for the handlers.
-pub(crate) fn track(inner: &Arc<Inner>) {
-    let mut groups = GROUPS.lock().unwrap_or_else(PoisonError::into_inner);
+/// The registry lock, for a group build's process-wide probes and its `track`: a fork cannot land inside them.
+pub(crate) fn registry() -> Registry {
+    GROUPS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Remembers a new group for the handlers; the caller holds the registry lock since before its probes.
+pub(crate) fn track(mut groups: Registry, inner: &Arc<Inner>) {
     if groups.len() == groups.capacity() {
         groups.retain(|g| g.strong_count() > 0); // amortised: the list at most doubles between prunes
     }
@@ -63,8 +114,11 @@ pub(crate) fn track(inner: &Arc<Inner>) {
 }
 
 extern "C" fn prepare() {
+    // Process-wide state made lazily outside the registry lock: complete it before the fork, waiting for a thread
+    // that is making it now, so that no child finds it half-made (design.md §12.2).
     crate::sys::finish_probes();
-    let registry = GROUPS.lock().unwrap_or_else(PoisonError::into_inner);
+    crate::local::finish_reaper_key();
+    let registry = registry();
     let mut live: Vec<Arc<Inner>> = registry.iter().filter_map(Weak::upgrade).collect();
     live.sort_unstable_by_key(|g| g.hot.id);
     let groups = live
@@ -72,14 +126,14 @@ extern "C" fn prepare() {
         .map(|g| {
             let hold = g.hold_for_fork();
             // SAFETY: only the lifetime changes: the hold borrows the `Inner` that the `Arc` stored next to it keeps
-            // alive, and `release` consumes the hold before that `Arc` is dropped.
+            // alive, and the hold drops before that `Arc` (a tuple's fields drop in order).
             let hold = unsafe { std::mem::transmute::<ForkHold<'_>, ForkHold<'static>>(hold) };
             (hold, g)
         })
         .collect();
-    // If the thread's locals are gone (a fork from a thread-local destructor), the locks are released right here
-    // and that fork is not protected.
-    let _ = HELD.try_with(|h| *h.borrow_mut() = Some(Held { groups, _registry: registry }));
+    let held = Held { _groups: groups, _registry: registry };
+    let stale = HELD.lock().unwrap_or_else(PoisonError::into_inner).replace(held);
+    debug_assert!(stale.is_none(), "the registry lock admits one fork at a time");
 }
 
 extern "C" fn parent() {
@@ -87,15 +141,13 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    // The handlers ran, so they are registered in this process, whatever `INSTALL` said at the fork.
+    INSTALL.store(INSTALLED, Ordering::Release);
     release();
 }
 
+/// Drops the fork's `Held`: every group's claim lock and lifecycle lock, then the registry lock.
 fn release() {
-    let held = HELD.try_with(|h| h.borrow_mut().take()).ok().flatten();
-    if let Some(held) = held {
-        for (hold, group) in held.groups {
-            hold.release();
-            drop(group);
-        }
-    }
+    let held = HELD.lock().unwrap_or_else(PoisonError::into_inner).take();
+    drop(held);
 }

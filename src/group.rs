@@ -517,16 +517,20 @@ impl GroupBuilder {
     }
 
     fn build_unchecked(self) -> Group {
-        // First: a fork from now on waits for this build's process-wide probes below (design.md §12.2).
+        // First: the fork handlers exist from now on, and a fork waits for this build's membarrier probes and its
+        // `track` under the registry lock (design.md §12.2).
         #[cfg(not(loom))]
         crate::fork::install();
+        // Here, not on the hot path: it takes the loader's lock (before the registry lock: no loader lock under it).
+        rseq::probe();
+        #[cfg(not(loom))]
+        let registry = crate::fork::registry();
         let cores = self.virtual_cpus.unwrap_or_else(sys::possible_cpus);
         let allowed = self.cpus.unwrap_or_else(|| CpuSet::raw(0..cores));
         let membarrier = self.asymmetric && sys::membarrier_available();
         // Loom has no membarrier; a group whose membarrier fails is still built as one that has it.
         #[cfg(loom)]
         let membarrier = membarrier || self.failing_barriers;
-        rseq::probe(); // here, not on the hot path: it takes the loader's lock
 
         // Real cores only: the sequence excludes the threads of one CPU, so two CPUs must never share a slot.
         #[cfg(not(loom))]
@@ -585,7 +589,7 @@ impl GroupBuilder {
             counted: true,
         };
         #[cfg(not(loom))]
-        crate::fork::track(&group.inner);
+        crate::fork::track(registry, &group.inner);
         group
     }
 }

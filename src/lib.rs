@@ -114,8 +114,9 @@
 //!   exclusive and within the bound above; they are less compact until the barrier works again. A filter that
 //!   kills the thread or raises SIGSYS for `membarrier` is beyond what a library can handle.
 //! * **`fork`.** Fork handlers hold every group's lifecycle and claim locks across `fork`, so the child never
-//!   inherits one held by a thread it does not have (a fork waits for registers, drops, switches and claims in
-//!   progress). In the child a group is the parent's as it was at the fork: the forking thread's registrations
+//!   inherits one held by a thread it does not have (a fork waits for group builds, registers, drops, switches and
+//!   claims in progress; a fork from a thread-local destructor too), and the process-wide state mmcid makes once
+//!   is complete before a fork or finished by the child. In the child a group is the parent's as it was at the fork: the forking thread's registrations
 //!   and guards (explicit or [`Group::enter`]'s) work as before, new registrations work, and every other thread's
 //!   registrations are frozen, keeping their CIDs and counting as users until the child exits. Not covered:
 //!   `vfork`, `_Fork` and `clone` without fork handlers; a fork from a signal handler that interrupted its own

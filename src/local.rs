@@ -315,6 +315,12 @@ fn reaper_key() -> Option<libc::pthread_key_t> {
     })
 }
 
+/// For fork's prepare handler (design.md §12.2): makes the reaper's key now, or waits for the thread making it,
+/// so that a child never inherits the `OnceLock` half-initialised (its first lend would wait for ever).
+pub(crate) fn finish_reaper_key() {
+    reaper_key();
+}
+
 /// Makes the C library run `reap` when this thread exits (a non-null value for the key).
 fn arm_reaper() {
     if let Some(key) = reaper_key() {

@@ -10,7 +10,6 @@ pub(crate) const MAX_CPUS: usize = 1 << 16;
 
 #[cfg(not(loom))]
 mod imp {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     use std::sync::OnceLock;
 
     /// The CPU the calling thread runs on now; 0 if unknown. Reads the kernel's rseq `cpu_id` straight from the
@@ -236,9 +235,10 @@ mod imp {
     /// How many times a membarrier that keeps failing with a transient error is issued in all.
     pub(crate) const BARRIER_TRIES: u32 = 4;
 
-    /// Whether `membarrier(PRIVATE_EXPEDITED)` is usable in this process; registers it on first call.
+    /// Whether `membarrier(PRIVATE_EXPEDITED)` is usable in this process; registers it on first call. Called only
+    /// by a group build, under the registry lock, so a fork (whose prepare handler takes that lock) never finds the
+    /// registration half done (design.md §12.2).
     pub(crate) fn membarrier_available() -> bool {
-        MEMBARRIER_ASKED.store(true, Relaxed);
         *MEMBARRIER.get_or_init(|| {
             membarrier_register(MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
         })
@@ -246,25 +246,15 @@ mod imp {
 
     static MEMBARRIER: OnceLock<bool> = OnceLock::new();
     static MEMBARRIER_RSEQ: OnceLock<bool> = OnceLock::new();
-    /// Whether a group build has asked for `MEMBARRIER` (`MEMBARRIER_RSEQ`), so that the registration may be in
-    /// progress. Relaxed: `finish_probes` only needs to see the flag of a build that started before its fork's
-    /// prepare handler ran, and both run `get_or_init`, which does the rest.
-    static MEMBARRIER_ASKED: AtomicBool = AtomicBool::new(false);
-    static MEMBARRIER_RSEQ_ASKED: AtomicBool = AtomicBool::new(false);
 
-    /// For fork's prepare handler (design.md §12.2): completes the process-wide probes that a group build runs
-    /// once per process (possible CPUs, the rseq area, and the membarrier registrations some build asked for),
-    /// waiting for another thread's, so a child never inherits one half done (a `OnceLock` whose initialiser
-    /// does not exist in the child would block its first build for ever).
+    /// For fork's prepare handler (design.md §12.2): completes the process-wide probes that run outside the
+    /// registry lock (possible CPUs, which validation and `CpuSet::possible_cpus` ask for too, and the rseq area),
+    /// waiting for another thread's, so a child never inherits one half done (a `OnceLock` or `Once` whose
+    /// initialiser does not exist in the child would block its first build for ever). Both are cheap, read-only
+    /// probes, so the handler runs them even where no thread asked yet.
     pub(crate) fn finish_probes() {
         possible_cpus();
         crate::rseq::probe();
-        if MEMBARRIER_ASKED.load(Relaxed) {
-            membarrier_available();
-        }
-        if MEMBARRIER_RSEQ_ASKED.load(Relaxed) {
-            membarrier_rseq_available();
-        }
     }
 
     /// A full memory barrier on every CPU running a thread of this process, or the error that stopped it (then
@@ -274,8 +264,8 @@ mod imp {
     }
 
     /// Whether `membarrier(PRIVATE_EXPEDITED_RSEQ)` is usable in this process; registers it on first call.
+    /// As `membarrier_available`, under the registry lock.
     pub(crate) fn membarrier_rseq_available() -> bool {
-        MEMBARRIER_RSEQ_ASKED.store(true, Relaxed);
         *MEMBARRIER_RSEQ.get_or_init(|| {
             membarrier_register(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)
         })

@@ -96,7 +96,8 @@ pub(crate) struct Life {
     /// Switch-back threshold; non-zero ⇔ per-CPU mode wanted.
     pub(crate) switch_back_below: usize,
     /// Per-CPU ownership was found to use as many CIDs as per-task ownership would (design.md §3.1): per-task
-    /// mode, with `max_cids` at least `users`, until `users` falls below the kernel's switch-back threshold.
+    /// mode, with `max_cids` at least `users`, until `users` falls below the switch-back threshold of the allowed
+    /// cores (`switch_back_threshold(allowed)`, the threshold per-CPU mode had when the mark was set; §3.1.1).
     pub(crate) occupied: bool,
     /// Lifecycle events plus the counters of dropped registrations.
     pub(crate) counters: Counters,
@@ -188,11 +189,12 @@ impl Inner {
     }
 }
 
+/// Dropping the hold releases both locks, whatever drops it (the fork's parent or child handler, or an unwind):
+/// the claim lock the usual way (draining what exits deferred to us meanwhile, counted under the lifecycle lock we
+/// still hold), then the lifecycle lock, as the `life` field drops after this.
 #[cfg(not(loom))]
-impl ForkHold<'_> {
-    /// After the fork, in the parent and in the child alike: the claim lock is unlocked the usual way (draining
-    /// what exits deferred to us meanwhile, counted under the lifecycle lock we still hold), then the lifecycle lock.
-    pub(crate) fn release(self) {
+impl Drop for ForkHold<'_> {
+    fn drop(&mut self) {
         self.inner.claim_unlock(&self.life.counters);
     }
 }

@@ -70,8 +70,11 @@ impl Inner {
     pub(crate) fn update_limits(&self, life: &mut Life) -> Flip {
         let users = self.users_locked(life);
         let opt = Self::opt(life, users);
-        if life.occupied && users < self.switch_back_threshold(opt) {
-            life.occupied = false; // few enough users for the kernel's rules again (design.md §3.1)
+        // The mark's rule (design.md §3.1.1): it clears below the switch-back threshold of the allowed cores, the one
+        // per-CPU mode had when the mark was set (not the threshold of `opt`: `opt ≤ users` puts that below `users`
+        // but at 0).
+        if life.occupied && users < self.switch_back_threshold(life.allowed.len()) {
+            life.occupied = false; // few enough users for the kernel's rules again
         }
         let kernel_max = (opt + opt / 4).min(self.cores);
         let max = if life.occupied { kernel_max.max(users) } else { kernel_max };
