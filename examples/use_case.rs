@@ -296,7 +296,7 @@ impl Approach for RecordGroup {
 
 fn percid_totals(p: &mut PerCid<Record>) -> (Record, usize) {
     let mut total = Record::default();
-    for (_, r) in p.iter_visited() {
+    for (_, r) in p.iter_mut() {
         total.merge(r);
     }
     (total, p.shards_allocated())

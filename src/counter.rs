@@ -1,6 +1,6 @@
 //! `ShardedCounter`: a `u64` counter with one cache-padded shard per CID, updated without read-modify-writes.
 //!
-//! The shards are a crate-internal `SharedPerCid<AtomicU64>`: the guard holder of CID `c` (or a restartable
+//! The shards are a `SharedPerCid<AtomicU64>`: the guard holder of CID `c` (or a restartable
 //! sequence on the CPU whose slot holds `c` idle, design.md §9.2) is shard `c`'s only writer (I1) and sees every
 //! earlier writer's store (I8), so an update is a load and a store; `sum` only loads. The atomics are there so
 //! `sum` may read while holders write, not for the update itself.
@@ -186,7 +186,7 @@ impl ShardedCounter {
     /// ```
     #[inline]
     pub fn try_add_with(&self, guard: &CidGuard<'_>, n: u64) -> Result<(), Error> {
-        bump(self.shards.get(guard)?, n);
+        bump(self.shards.try_get(guard)?, n);
         Ok(())
     }
 
@@ -210,7 +210,7 @@ impl ShardedCounter {
         // Relaxed: each shard's writers store it in one modification order (one writer at a time, I1 + I8), so
         // a Relaxed load returns a value of that order, which is all the promise above needs; the iterator's
         // Acquire loads of the visited mask and the shard pointers make each shard's memory valid to read.
-        self.shards.iter().fold(0, |sum, shard| sum.wrapping_add(shard.load(Relaxed)))
+        self.shards.iter().fold(0, |sum, (_, shard)| sum.wrapping_add(shard.load(Relaxed)))
     }
 
     /// Loom only (model 12): the value of CID `cid`'s shard if it is installed, read as a sequence adder reads
@@ -231,7 +231,7 @@ impl ShardedCounter {
     /// assert_eq!((counter.sum(), counter.shards_allocated()), (0, 1));
     /// ```
     pub fn reset(&mut self) {
-        for shard in self.shards.iter_mut() {
+        for (_, shard) in self.shards.iter_mut() {
             shard.store(0, Relaxed);
         }
     }
@@ -306,7 +306,7 @@ mod tests {
                 assert_eq!(group.mode(), Mode::PerCpu);
                 for _ in 0..HOLDS {
                     let guard = reg.enter();
-                    let shard = counter.shards.get(&guard).unwrap();
+                    let shard = counter.shards.try_get(&guard).unwrap();
                     let v = shard.load(Relaxed);
                     std::thread::yield_now(); // the adders run on this CPU while we hold the CID
                     shard.store(v + 1, Relaxed);

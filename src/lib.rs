@@ -179,7 +179,9 @@ pub use group::{Group, GroupBuilder};
 pub use guard::{Cid, CidGuard, CidKind};
 #[cfg(loom)]
 pub use mutants::Mutant;
-pub use percid::{IterVisited, PerCid};
+#[allow(deprecated)]
+pub use percid::IterVisited;
+pub use percid::{PerCid, PerCidIntoIter, PerCidIter, PerCidIterMut, SharedPerCid};
 pub use registration::Registration;
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};
