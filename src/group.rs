@@ -306,6 +306,33 @@ impl Group {
     /// assert_eq!(group.max_cids(), 0);
     /// # Ok::<(), mmcid::Error>(())
     /// ```
+    ///
+    /// # The hard bound, exactly
+    ///
+    /// At every instant at most `users + K · cores` CIDs are in use ([`Group::users`], [`Group::cores`], `K` =
+    /// [`Group::cids_per_core`]): each registration holds at most one, and each core at most `K`. Each CID is below
+    /// that bound *when it is handed out*, with `users` as it was then; it is not checked again. A guard keeps its
+    /// CID for its whole life while other registrations drop, so a live CID is below the largest bound since it
+    /// was taken, not necessarily below today's ([design §12.4](crate::docs::design)). Once membership stops
+    /// shrinking, its holder moves below `max_cids` at a later enter, when a lower CID is free:
+    ///
+    /// ```
+    /// use mmcid::{CidKind, Group};
+    /// let group = Group::builder().virtual_cpus(1).cids_per_core(1).build()?;
+    /// let mut regs: Vec<_> = (0..10).map(|_| group.register()).collect(); // 10 users, 1 core: per-CPU mode
+    /// let mut last = regs.pop().unwrap();
+    /// let held: Vec<_> = regs.iter_mut().map(|r| r.enter()).collect();  // core 0's CID 0, temporaries 1..=8
+    /// let live = last.enter();
+    /// assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users + cores = 11
+    /// drop(held);
+    /// drop(regs);                                                         // membership shrinks to one user
+    /// assert_eq!(group.users() + group.cores(), 2);
+    /// assert!(live.cid().get() >= group.users() + group.cores());         // live, yet beyond today's bound
+    /// assert!(group.stats().cids_in_use as usize <= group.users() + group.cores()); // how many: still bounded
+    /// drop(live);
+    /// assert_eq!(last.enter().cid().get(), 0);                            // the next enter converges
+    /// # Ok::<(), mmcid::Error>(())
+    /// ```
     pub fn max_cids(&self) -> usize {
         self.inner.max_cids()
     }

@@ -234,8 +234,9 @@ impl<T: Default> PerCid<T> {
 }
 
 impl<T> PerCid<T> {
-    /// A `PerCid` for the guards of `group`, whose shards start as `init()` (called once per shard, on the
-    /// thread whose guard first asks for it). Allocates no shard.
+    /// A `PerCid` for the guards of `group`, whose shards start as `init()`; allocates no shard.
+    ///
+    /// `init` is called once per shard, on the thread whose guard first asks for it.
     ///
     /// ```
     /// let group = mmcid::Group::new();
@@ -264,8 +265,10 @@ impl<T> PerCid<T> {
         }
     }
 
-    /// The shard of the guard's CID, allocated on first use. No atomic operation touches `T`: the guard makes
-    /// the shard exclusively ours (I1) and shows us what its previous holder wrote (I8).
+    /// The shard of the guard's CID, allocated on first use.
+    ///
+    /// No atomic operation touches `T`: the guard makes the shard exclusively ours (I1) and shows us what its
+    /// previous holder wrote (I8).
     ///
     /// The shard borrows the guard, so it cannot outlive it:
     ///
@@ -320,9 +323,10 @@ impl<T> PerCid<T> {
         Ok(unsafe { &mut **shard.as_ptr() })
     }
 
-    /// Every shard allocated so far, with its CID, in increasing CID order, exclusively: `&mut self`, so no guard
-    /// can be using a shard meanwhile. Scans only the visited bitmask and the visited shards, never a slot per
-    /// possible CPU.
+    /// Every shard allocated so far, with its CID, in increasing CID order.
+    ///
+    /// Takes `&mut self`, so no guard can be using a shard meanwhile. Scans only the visited bitmask and the
+    /// visited shards, never a slot per possible CPU.
     ///
     /// There is no `iter(&self)`: a shared view while holders write through [`get_mut`](PerCid::get_mut) would
     /// alias their `&mut T`. To read while threads write, use a [`SharedPerCid`].
@@ -352,8 +356,10 @@ impl<T> PerCid<T> {
         IterVisited { inner: self.iter_mut() }
     }
 
-    /// Drops every shard: the next guard that asks for its CID's shard gets a fresh one from `init` (or
-    /// `T::default()`), and [`shards_allocated`](PerCid::shards_allocated) is 0 again. The segments of shard
+    /// Drops every shard; the next guard to ask gets a fresh one.
+    ///
+    /// A fresh shard comes from `init` (or `T::default()`), and [`shards_allocated`](PerCid::shards_allocated)
+    /// is 0 again. The segments of shard
     /// pointers are kept. Memory goes back too, which matters after a burst of temporary CIDs made shards beyond
     /// [`Group::max_cids`]; to reset shards in place instead, assign through [`iter_mut`](PerCid::iter_mut).
     ///
@@ -772,8 +778,9 @@ impl<'a, T> Iterator for IterVisited<'a, T> {
 #[allow(deprecated)]
 impl<T> FusedIterator for IterVisited<'_, T> {}
 
-/// One `T` per CID of a [`Group`] that anyone may read at any time: holders get `&T` through their guard, and
-/// [`iter`](SharedPerCid::iter) reads every shard while they update theirs.
+/// One `T: Sync` per CID, readable at any time: holders get `&T` through their guard, readers iterate all.
+///
+/// [`iter`](SharedPerCid::iter) reads every shard while the holders update theirs.
 ///
 /// The layout and the allocation on first use are [`PerCid`]'s. What differs is access: [`get`](SharedPerCid::get)
 /// gives a shared `&T` (never `&mut T`), so `T` must be [`Sync`], and is typically made of atomics, per-CID
@@ -830,8 +837,9 @@ impl<T: Default> SharedPerCid<T> {
 }
 
 impl<T> SharedPerCid<T> {
-    /// A `SharedPerCid` for the guards of `group`, whose shards start as `init()` (called once per shard, on the
-    /// thread whose guard first asks for it). Allocates no shard.
+    /// A `SharedPerCid` for the guards of `group`, whose shards start as `init()`; allocates no shard.
+    ///
+    /// `init` is called once per shard, on the thread whose guard first asks for it.
     ///
     /// ```
     /// use std::sync::atomic::AtomicU64;
@@ -851,8 +859,10 @@ impl<T> SharedPerCid<T> {
         self.0.iter_mut()
     }
 
-    /// Drops every shard: see [`PerCid::clear`] (to zero shards in place, store through
-    /// [`iter_mut`](SharedPerCid::iter_mut) or [`iter`](SharedPerCid::iter)).
+    /// Drops every shard; the next guard to ask gets a fresh one (see [`PerCid::clear`]).
+    ///
+    /// To zero shards in place instead, store through [`iter_mut`](SharedPerCid::iter_mut) or
+    /// [`iter`](SharedPerCid::iter).
     pub fn clear(&mut self) {
         self.0.clear();
     }
@@ -903,9 +913,10 @@ impl<T> SharedPerCid<T> {
 }
 
 impl<T: Sync> SharedPerCid<T> {
-    /// The shard of the guard's CID, allocated on first use; it borrows the guard, so it cannot outlive it. The
-    /// holder is the shard's only writer (I1) and sees what earlier holders wrote (I8); readers may load it any
-    /// time.
+    /// The shard of the guard's CID, allocated on first use; it cannot outlive the guard.
+    ///
+    /// The holder is the shard's only writer (I1) and sees what earlier holders wrote (I8); readers may load it
+    /// any time.
     ///
     /// Several tables under one guard are fine here (`get` borrows the guard shared):
     ///
@@ -948,9 +959,10 @@ impl<T: Sync> SharedPerCid<T> {
         Ok(self.get_unchecked(guard))
     }
 
-    /// Every shard allocated so far, with its CID, in CID order, while guards may be updating theirs. Scans only
-    /// the visited bitmask and the visited shards: one load per 64 CIDs and one per shard, never a slot per
-    /// possible CPU. A shard installed during the scan may or may not be seen.
+    /// Every shard allocated so far, with its CID, in CID order, while guards may be updating theirs.
+    ///
+    /// Scans only the visited bitmask and the visited shards: one load per 64 CIDs and one per shard, never a slot
+    /// per possible CPU. A shard installed during the scan may or may not be seen.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
