@@ -354,7 +354,7 @@ impl Bench for MmCid {
         shard.bytes += bytes as u64;
     }
     fn totals(data: &mut PerCid<Shard>) -> (u64, u64) {
-        data.iter_visited().fold((0, 0), |(m, b), (_, s)| (m + s.msgs, b + s.bytes))
+        data.iter_mut().fold((0, 0), |(m, b), (_, s)| (m + s.msgs, b + s.bytes))
     }
 }
 

@@ -150,7 +150,7 @@ fn main() {
 
     let threads = rt.capacity();
     let mut total = 0;
-    for (cid, n) in counts.iter_visited() {
+    for (cid, n) in counts.iter_mut() {
         outln!("CID {cid:>3}: {n:>12}");
         total += *n;
     }

@@ -71,7 +71,8 @@ mode (max_cids = min(A + A/4, possible CPUs) for A allowed CPUs; asked of the li
 until the mode flips), so each round crosses into per-CPU mode and its exits cross back (rseq borrows where the
 kernel allows them); and 2 pools x 16 threads with 8 virtual cores (per-CPU mode when more than 8 threads are
 registered, back to per-task below 4), so mmcid's ownership mode crosses the per-task/per-CPU boundary both ways
-many times per second. The report says whether the last two crossed both ways in every mmcid run. The 8 x 8
+many times per second. The report has a line with how many mmcid runs of the last two crossed both ways (and
+a WARNING when not all did). The 8 x 8
 configuration may cross too (per-CPU above max_cids, back only when the users drop below the threshold), but
 rarely: see the switch counts.
 
@@ -626,6 +627,22 @@ fn crossed_both_ways(runs: &[Outcome]) -> bool {
     !runs.is_empty() && runs.iter().all(|o| o.switches.is_some_and(|(to_cpu, to_task)| to_cpu > 0 && to_task > 0))
 }
 
+/// The report's line on the crossing configurations, whatever the outcome (the usage promises it): how many of
+/// each one's mmcid runs switched to per-CPU mode and back; None without a crossing configuration.
+fn crossings(setups: &[Setup], results: &[Vec<Vec<Outcome>>]) -> Option<String> {
+    let cells: Vec<String> = setups
+        .iter()
+        .zip(results)
+        .filter(|(setup, _)| setup.crossing)
+        .map(|(setup, row)| {
+            let runs = &row[row.len() - 1];
+            let both = runs.iter().filter(|o| crossed_both_ways(std::slice::from_ref(*o))).count();
+            format!("{} {both} of {}", setup.label(), runs.len())
+        })
+        .collect();
+    (!cells.is_empty()).then(|| format!("mmcid runs that crossed into per-CPU mode and back: {}", cells.join(", ")))
+}
+
 /// mmcid's mode switches (to per-CPU, to per-task) per run, averaged over its runs.
 fn switches_per_run(runs: &[Outcome]) -> (f64, f64) {
     let (to_cpu, to_task) = switch_totals(runs);
@@ -675,6 +692,9 @@ fn report(
         .collect();
     if names.iter().any(|n| n.starts_with("lazy")) {
         outln!("lazy compaction scans per run (mean): {}", scans.join(", "));
+    }
+    if let Some(line) = crossings(&cfg.setups, results) {
+        outln!("{line}");
     }
     for (setup, row) in cfg.setups.iter().zip(results) {
         if setup.crossing && !crossed_both_ways(&row[row.len() - 1]) {
@@ -894,6 +914,15 @@ mod tests {
         let out = run_one(POLICIES.len() - 1, setup, 0.1).unwrap();
         assert!(crossed_both_ways(std::slice::from_ref(&out)), "{out:?}");
         assert!(!crossed_both_ways(&[]) && !crossed_both_ways(&[Outcome { switches: Some((1, 0)), ..out }]));
+        // The report's line counts the runs that crossed, whether all did or not; no crossing setup, no line.
+        let one_way = Outcome { switches: Some((1, 0)), ..out.clone() };
+        let plain = Setup { crossing: false, ..setup };
+        let results = vec![vec![vec![out.clone(), out.clone()]], vec![vec![out, one_way]]];
+        assert_eq!(
+            crossings(&[plain, setup], &results).unwrap(),
+            format!("mmcid runs that crossed into per-CPU mode and back: {} 1 of 2", setup.label())
+        );
+        assert_eq!(crossings(&[plain], &results[..1]), None);
     }
 
     /// The lazy policies' periodic compaction runs under thread churn, where each thread enters only twice: a

@@ -24,7 +24,7 @@ use mmcid_harness as common;
 use mmcid_harness::peers;
 
 use common::cli::{self, Args, Flag};
-use common::{errln, out, outln};
+use common::{errln, outln};
 use crossbeam_utils::CachePadded;
 use mmcid::{Group, PerCid, Registration, ShardedCounter};
 use peers::{getcpu, possible_cpus, thread_cpu_ns, Padded, Rseq};
@@ -294,7 +294,7 @@ impl Approach for RecordGroup {
 
 fn percid_totals(p: &mut PerCid<Record>) -> (Record, usize) {
     let mut total = Record::default();
-    for (_, r) in p.iter_visited() {
+    for (_, r) in p.iter_mut() {
         total.merge(r);
     }
     (total, p.shards_allocated())
@@ -862,12 +862,6 @@ fn main() -> ExitCode {
 /// Prints one workload's table and appends its JSON rows.
 fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Cell>>], json: &mut Vec<String>) {
     outln!("\n{}", w.title());
-    let width = lines.iter().map(|l| l.name.len()).max().unwrap_or(10);
-    out!("  {:width$}", "");
-    for c in configs {
-        out!(" {:>14}", c.label());
-    }
-    outln!();
     let cell = |li: usize, ci: usize| -> Option<(f64, usize)> {
         let cells = &results[li][ci];
         (!cells.is_empty()).then(|| {
@@ -877,13 +871,15 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
             )
         })
     };
+    // One table, the ratio rows included, so that every row lines up with the column headings.
+    let mut rows = vec![std::iter::once(String::new()).chain(configs.iter().map(|c| c.label())).collect::<Vec<_>>()];
     for (li, l) in lines.iter().enumerate() {
-        out!("  {:width$}", l.name);
+        let mut row = vec![l.name.to_string()];
         for ci in 0..configs.len() {
-            match cell(li, ci) {
-                Some((ns, shards)) => out!(" {:>14}", format!("{ns:.2} ({shards})")),
-                None => out!(" {:>14}", "failed"),
-            }
+            row.push(match cell(li, ci) {
+                Some((ns, shards)) => format!("{ns:.2} ({shards})"),
+                None => "failed".into(),
+            });
             if let Some((ns, shards)) = cell(li, ci) {
                 let runs: Vec<f64> = results[li][ci].iter().map(|c| c.ns).collect();
                 json.push(format!(
@@ -900,14 +896,12 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
                 ));
             }
         }
-        outln!();
+        rows.push(row);
     }
     // Ratios the goals are judged by: each mmcid line against the best peer (counter) or thread_local (records).
     for (li, l) in lines.iter().enumerate().filter(|(_, l)| l.ours) {
-        out!(
-            "  {:width$}",
-            format!("{} vs {}", short(l.name), if w == Workload::Counter { "best peer" } else { "thread_local" })
-        );
+        let against = if w == Workload::Counter { "best peer" } else { "thread_local" };
+        let mut row = vec![format!("{} vs {against}", short(l.name))];
         for ci in 0..configs.len() {
             let base = lines
                 .iter()
@@ -916,14 +910,14 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
                 .filter(|(_, p)| w == Workload::Counter || p.name.starts_with("thread_local"))
                 .filter_map(|(pi, _)| cell(pi, ci).map(|c| c.0))
                 .fold(f64::INFINITY, f64::min);
-            match cell(li, ci) {
-                Some((ns, _)) if base.is_finite() => out!(" {:>14}", format!("{:.2}x", ns / base)),
-                _ => out!(" {:>14}", "-"),
-            }
+            row.push(match cell(li, ci) {
+                Some((ns, _)) if base.is_finite() => format!("{:.2}x", ns / base),
+                _ => "-".into(),
+            });
         }
-        outln!();
+        rows.push(row);
     }
-    let _ = width;
+    common::print_columns("  ", &rows);
 }
 
 /// A short label for a ratio row.

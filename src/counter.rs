@@ -1,6 +1,6 @@
 //! `ShardedCounter`: a `u64` counter with one cache-padded shard per CID, updated without read-modify-writes.
 //!
-//! The shards are a crate-internal `SharedPerCid<AtomicU64>`: the guard holder of CID `c` (or a restartable
+//! The shards are a `SharedPerCid<AtomicU64>`: the guard holder of CID `c` (or a restartable
 //! sequence on the CPU whose slot holds `c` idle, design.md §9.2) is shard `c`'s only writer (I1) and sees every
 //! earlier writer's store (I8), so an update is a load and a store; `sum` only loads. The atomics are there so
 //! `sum` may read while holders write, not for the update itself.
@@ -10,8 +10,10 @@ use crate::sync::{AtomicU64, Ordering::Relaxed};
 use crate::{CidGuard, Error, Group};
 use std::fmt;
 
-/// A counter of events from many threads: one cache-padded `u64` shard per CID of a [`Group`], so updates from
-/// different threads never touch the same shard, and a shard is updated with a plain load and store. Getting the
+/// A counter of events from many threads: one cache-padded `u64` shard per CID, `sum` readable at any time.
+///
+/// Updates from different threads never touch the same shard, and a shard is updated with a plain load and
+/// store. Getting the
 /// CID costs no atomic read-modify-write while the group has no more threads than cores (per-task mode), nor
 /// beyond that where the group uses restartable sequences ([`Group::uses_rseq`]; per-CPU mode): an update on a
 /// core whose CID is idle is one sequence, so a thread preempted inside `add` holds nothing. Otherwise a per-CPU
@@ -62,8 +64,9 @@ impl fmt::Debug for ShardedCounter {
 }
 
 impl ShardedCounter {
-    /// A counter at zero for the threads of `group`; allocates no shard yet. The counter keeps a handle on the
-    /// group (for [`add`](ShardedCounter::add)).
+    /// A counter at zero for the threads of `group`; allocates no shard yet.
+    ///
+    /// The counter keeps a handle on the group (for [`add`](ShardedCounter::add)).
     pub fn new(group: &Group) -> ShardedCounter {
         ShardedCounter { group: group.clone(), shards: SharedPerCid::new(group) }
     }
@@ -73,8 +76,10 @@ impl ShardedCounter {
         &self.group
     }
 
-    /// Adds `n` (wrapping) from the calling thread, entering the group through [`Group::enter`] (the thread is
-    /// registered on first use and unregistered at thread exit).
+    /// Adds `n` (wrapping) from the calling thread; no guard needed.
+    ///
+    /// The thread enters the group through [`Group::enter`] (it is registered on first use and unregistered at
+    /// thread exit).
     ///
     /// Cost: an enter and exit of the group plus a load and a store on this CID's own shard; in rseq groups in
     /// per-CPU mode usually one restartable sequence instead (load, add, store; no enter, no exit). That needs the
@@ -119,8 +124,9 @@ impl ShardedCounter {
         crate::local::with_cid(&self.group, |cid| bump(shards.get_cid(cid), n));
     }
 
-    /// Subtracts `n` (wrapping) from the calling thread: see [`add`](ShardedCounter::add). The shard it lands on
-    /// may go "below zero"; the total stays exact.
+    /// Subtracts `n` (wrapping) from the calling thread: see [`add`](ShardedCounter::add).
+    ///
+    /// The shard it lands on may go "below zero"; the total stays exact.
     ///
     /// ```
     /// let counter = mmcid::ShardedCounter::new(&mmcid::Group::new());
@@ -174,8 +180,9 @@ impl ShardedCounter {
         }
     }
 
-    /// Like [`add_with`](ShardedCounter::add_with), returning [`Error::ForeignGuard`] (and counting nothing) for
-    /// a guard of another group. Subtract with `n.wrapping_neg()`.
+    /// Like [`add_with`](ShardedCounter::add_with), returning [`Error::ForeignGuard`] for another group's guard.
+    ///
+    /// Such a guard counts nothing. Subtract with `n.wrapping_neg()`.
     ///
     /// ```
     /// let counter = mmcid::ShardedCounter::new(&mmcid::Group::new());
@@ -186,7 +193,7 @@ impl ShardedCounter {
     /// ```
     #[inline]
     pub fn try_add_with(&self, guard: &CidGuard<'_>, n: u64) -> Result<(), Error> {
-        bump(self.shards.get(guard)?, n);
+        bump(self.shards.try_get(guard)?, n);
         Ok(())
     }
 
@@ -210,7 +217,7 @@ impl ShardedCounter {
         // Relaxed: each shard's writers store it in one modification order (one writer at a time, I1 + I8), so
         // a Relaxed load returns a value of that order, which is all the promise above needs; the iterator's
         // Acquire loads of the visited mask and the shard pointers make each shard's memory valid to read.
-        self.shards.iter().fold(0, |sum, shard| sum.wrapping_add(shard.load(Relaxed)))
+        self.shards.iter().fold(0, |sum, (_, shard)| sum.wrapping_add(shard.load(Relaxed)))
     }
 
     /// Loom only (model 12): the value of CID `cid`'s shard if it is installed, read as a sequence adder reads
@@ -221,7 +228,9 @@ impl ShardedCounter {
         self.shards.installed(cid).map(|s| s.load(Relaxed))
     }
 
-    /// Sets the counter to zero. Takes `&mut self`, so no update can run concurrently and the next
+    /// Sets the counter to zero, keeping the shards.
+    ///
+    /// Takes `&mut self`, so no update can run concurrently and the next
     /// [`sum`](ShardedCounter::sum) is exactly 0; allocated shards are kept (zeroed) for reuse.
     ///
     /// ```
@@ -231,12 +240,14 @@ impl ShardedCounter {
     /// assert_eq!((counter.sum(), counter.shards_allocated()), (0, 1));
     /// ```
     pub fn reset(&mut self) {
-        for shard in self.shards.iter_mut() {
+        for (_, shard) in self.shards.iter_mut() {
             shard.store(0, Relaxed);
         }
     }
 
-    /// Number of shards allocated so far: one per CID that ever counted. In steady state task and core CIDs stay
+    /// Number of shards allocated so far: one per CID that ever counted.
+    ///
+    /// In steady state task and core CIDs stay
     /// below [`Group::max_cids`] (I2), so this is about the largest `max_cids` while the counter was used, plus
     /// any extra or temporary CIDs (below I2's hard bound as it was when each was taken) that adds with a guard
     /// ([`add_with`](Self::add_with)) or oversubscribed adders took. Shards are freed when the counter drops.
@@ -306,7 +317,7 @@ mod tests {
                 assert_eq!(group.mode(), Mode::PerCpu);
                 for _ in 0..HOLDS {
                     let guard = reg.enter();
-                    let shard = counter.shards.get(&guard).unwrap();
+                    let shard = counter.shards.try_get(&guard).unwrap();
                     let v = shard.load(Relaxed);
                     std::thread::yield_now(); // the adders run on this CPU while we hold the CID
                     shard.store(v + 1, Relaxed);

@@ -34,7 +34,7 @@ pub enum Error {
         /// What the OS said.
         reason: String,
     },
-    /// A request for zero threads (e.g. `threads_per_cpu(0)`) or zero virtual CPUs.
+    /// A request for zero threads (`RuntimeBuilder::threads_per_cpu(0)`).
     ZeroThreads,
     /// A runtime CPU that the group it was given may not use.
     CpuNotInGroup {
@@ -97,7 +97,7 @@ impl fmt::Display for Error {
                 write!(f, "CPU {cpu} is in neither the calling thread's affinity mask nor the process's main thread's")
             }
             Error::PinFailed { cpu, reason } => write!(f, "could not pin a thread to CPU {cpu}: {reason}"),
-            Error::ZeroThreads => write!(f, "zero threads (or zero CPUs) were requested"),
+            Error::ZeroThreads => write!(f, "zero threads were requested"),
             Error::CpuNotInGroup { cpu } => {
                 write!(f, "CPU {cpu} is used by the runtime but not allowed in its group")
             }

@@ -214,6 +214,48 @@ impl Group {
     /// its guard holds the core's first CID; they are only below the hard bound, `users + K · cores` as it was when
     /// the CID was handed out: a guard keeps its CID while membership shrinks (the crate docs' "The range bound,
     /// exactly").
+    ///
+    /// It follows the registered users, as the kernel's `mm_update_max_cids` does: `opt = min(allowed cores,
+    /// users)` and `max_cids = min(opt + opt/4, cores)` ([design §3](crate::docs::design)). So it is 0 while no
+    /// thread is registered (no CID is in use, and none may be), and each registration can raise it; a group of
+    /// `n` registered threads on at least `n` allowed cores has `max_cids() ≥ n`.
+    ///
+    /// ```
+    /// let group = mmcid::Group::builder().virtual_cpus(8).build()?;
+    /// assert_eq!(group.max_cids(), 0); // nobody registered yet
+    /// let regs: Vec<_> = (0..4).map(|_| group.register()).collect();
+    /// assert_eq!(group.max_cids(), 5); // opt = 4, 4 + 4/4
+    /// drop(regs);
+    /// assert_eq!(group.max_cids(), 0);
+    /// # Ok::<(), mmcid::Error>(())
+    /// ```
+    ///
+    /// # The hard bound, exactly
+    ///
+    /// At every instant at most `users + K · cores` CIDs are in use ([`Group::users`], [`Group::cores`], `K` =
+    /// [`Group::cids_per_core`]): each registration holds at most one, and each core at most `K`. Each CID is below
+    /// that bound *when it is handed out*, with `users` as it was then; it is not checked again. A guard keeps its
+    /// CID for its whole life while other registrations drop, so a live CID is below the largest bound since it
+    /// was taken, not necessarily below today's ([design §12.4](crate::docs::design)). Once membership stops
+    /// shrinking, its holder moves below `max_cids` at a later enter, when a lower CID is free:
+    ///
+    /// ```
+    /// use mmcid::{CidKind, Group};
+    /// let group = Group::builder().virtual_cpus(1).cids_per_core(1).build()?;
+    /// let mut regs: Vec<_> = (0..10).map(|_| group.register()).collect(); // 10 users, 1 core: per-CPU mode
+    /// let mut last = regs.pop().unwrap();
+    /// let held: Vec<_> = regs.iter_mut().map(|r| r.enter()).collect();  // core 0's CID 0, temporaries 1..=8
+    /// let live = last.enter();
+    /// assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users + cores = 11
+    /// drop(held);
+    /// drop(regs);                                                         // membership shrinks to one user
+    /// assert_eq!(group.users() + group.cores(), 2);
+    /// assert!(live.cid().get() >= group.users() + group.cores());         // live, yet beyond today's bound
+    /// assert!(group.stats().cids_in_use as usize <= group.users() + group.cores()); // how many: still bounded
+    /// drop(live);
+    /// assert_eq!(last.enter().cid().get(), 0);                            // the next enter converges
+    /// # Ok::<(), mmcid::Error>(())
+    /// ```
     pub fn max_cids(&self) -> usize {
         self.inner.max_cids()
     }
@@ -466,7 +508,7 @@ impl GroupBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::ZeroThreads`] for `virtual_cpus(0)`, [`Error::ValueOutOfRange`] for more than 65 536;
+    /// - [`Error::ValueOutOfRange`] naming `virtual_cpus` for 0 or more than 65 536;
     /// - [`Error::EmptyCpuSet`] for an empty set;
     /// - [`Error::CpuOutOfRange`] for a CPU at or beyond the virtual cores, or (real cores) the machine's possible
     ///   CPUs;
@@ -481,6 +523,8 @@ impl GroupBuilder {
     /// assert_eq!(Group::builder().virtual_cpus(4).cpus_virtual([4]).build().unwrap_err(),
     ///            Error::CpuOutOfRange { cpu: 4, possible: 4 });
     /// assert!(matches!(Group::builder().virtual_cpus(1 << 20).build(), Err(Error::ValueOutOfRange { .. })));
+    /// assert_eq!(Group::builder().virtual_cpus(0).build().unwrap_err().to_string(),
+    ///            "virtual_cpus is 0, outside the accepted range 1..=65536");
     /// // Without `virtual_cpus` the cores are real: a CPU the machine cannot have is refused.
     /// assert!(matches!(Group::builder().cpus_virtual([60_000]).build(), Err(Error::CpuOutOfRange { .. })));
     /// ```
@@ -493,7 +537,6 @@ impl GroupBuilder {
             Error::check_range("cids_per_core", k, 1, cids_per_core_limit(cores))?;
         }
         match self.virtual_cpus {
-            Some(0) => Err(Error::ZeroThreads),
             Some(n) => {
                 Error::check_range("virtual_cpus", n, 1, MAX_CPUS)?;
                 let cpus = self.cpus.clone().unwrap_or_else(|| CpuSet::raw(0..n));

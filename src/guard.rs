@@ -121,8 +121,10 @@ impl std::fmt::Debug for Entered {
     }
 }
 
-/// Proof that the holder owns a CID exclusively (≈ running on a CPU). Dropping it gives the CID back
-/// (≈ schedule-out): to the registration (per-task), to the core (per-CPU), or to the pool (temporary).
+/// Proof that the holder owns a CID exclusively, until it is dropped.
+///
+/// Dropping it gives the CID back: to the registration (per-task), to the core (per-CPU), or to the pool
+/// (temporary).
 ///
 /// A guard passed to [`std::mem::forget`] holds its CID until its registration's next enter or drop, which give
 /// back what it held as its drop would have; a registration never holds more than one CID. (A forgotten guard of

@@ -1,97 +1,166 @@
-//! # mmcid — compact, exclusive concurrency IDs for thread groups
+//! # mmcid — per-CPU data for user space, indexed by compact concurrency IDs
 //!
-//! A user-space counterpart of the Linux kernel's rseq `mm_cid`: every thread of a [`Group`] that holds a
-//! [`CidGuard`] carries a concurrency ID ([`Cid`]) that no other live guard of the group holds, kept below
-//! about `min(cores the group may use, threads in the group)` in steady state ([`Group::max_cids`]: up to 25 %
-//! more before the group switches to per-core ownership, and temporary CIDs aside), so per-CPU style sharded data
-//! ([`PerCid`], [`ShardedCounter`]) can be indexed by it, sized by real concurrency, and touched without atomic
-//! read-modify-writes.
+//! mmcid gives every thread of a [`Group`] that holds a guard a small integer, its concurrency ID ([`Cid`]), that
+//! no other live guard of the group holds and that stays below about the number of cores in use. Index data by
+//! it and each thread updates its own shard with plain loads and stores: no lock, no atomic read-modify-write, no
+//! cache line shared between threads, and memory for as many shards as cores, not as threads. It is the
+//! user-space counterpart of the Linux kernel's rseq `mm_cid`.
+//!
+//! ## What to use when
+//!
+//! * [`ShardedCounter`]: a counter many threads add to (`add` needs no guard); `sum` reads it at any time.
+//! * [`SharedPerCid`]: per-CID statistics read while threads record (a histogram, a set of counters): holders
+//!   get `&T` (atomics, updated with a load and a store), readers iterate every shard at any time.
+//! * [`PerCid`]: per-CID data of any type (a `Vec`, a record, a buffer) through `&mut T`; read it all with
+//!   `&mut` (`iter_mut`, `into_iter`) once the threads are done.
+//! * `Pool`: a per-CID cache of reusable objects (take one, give it back), for allocation-heavy code.
+//! * [`Registration`] or [`Group::enter`]: a thread that enters often keeps a `Registration` and calls
+//!   [`Registration::enter`] (the fastest path); code that does not manage its threads calls `Group::enter`,
+//!   which registers the thread on first use and unregisters it when the thread exits.
+//! * [`Runtime`]: pinned worker threads, registered for their whole life, that read their core and CID without
+//!   a system call ([`current`]).
+//!
+//! ## Examples
+//!
+//! A counter:
 //!
 //! ```
-//! use mmcid::Group;
+//! let group = mmcid::Group::new();
+//! let hits = mmcid::ShardedCounter::new(&group);
+//! std::thread::scope(|s| {
+//!     for _ in 0..4 {
+//!         s.spawn(|| (0..1000).for_each(|_| hits.add(1)));
+//!     }
+//! });
+//! assert_eq!(hits.sum(), 4000);
+//! ```
+//!
+//! A histogram read while threads record into it (`examples/histogram.rs` is the full program):
+//!
+//! ```
+//! use mmcid::{Group, SharedPerCid};
+//! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 //!
 //! let group = Group::new();
-//! let mut reg = group.register();          // ≈ fork
-//! {
-//!     let guard = reg.enter();             // ≈ schedule-in
-//!     assert!(guard.cid().get() < group.max_cids());
-//! }                                        // ≈ schedule-out
-//! drop(reg);                               // ≈ exit
+//! let latency: SharedPerCid<[AtomicU64; 32]> = SharedPerCid::new(&group); // log2 buckets, per CID
+//! let record = |ns: u64| {
+//!     let guard = group.enter();
+//!     let bucket = &latency.get(&guard)[63 - (ns | 1).leading_zeros() as usize];
+//!     bucket.store(bucket.load(Relaxed) + 1, Relaxed); // this CID's holder is the only writer
+//! };
+//! let read = || -> Vec<u64> {
+//!     let mut total = vec![0; 32];
+//!     for (_cid, buckets) in &latency {
+//!         total.iter_mut().zip(buckets).for_each(|(t, b)| *t += b.load(Relaxed));
+//!     }
+//!     total
+//! };
+//! std::thread::scope(|s| {
+//!     s.spawn(|| (0..1000).for_each(|i| record(100 + i)));
+//!     s.spawn(|| (0..1000).for_each(|i| record(5000 + i)));
+//!     let live = read(); // any time, while they record
+//!     assert!(live.iter().sum::<u64>() <= 2000);
+//! });
+//! assert_eq!(read().iter().sum::<u64>(), 2000); // exact once they are done
+//! ```
+//!
+//! Records: several per-thread tables are one struct in one [`PerCid`], reached through one guard.
+//!
+//! ```
+//! use mmcid::{Group, PerCid};
+//!
+//! #[derive(Default)]
+//! struct Shard {
+//!     requests: u64,
+//!     bytes: u64,
+//!     errors: Vec<String>,
+//! }
+//!
+//! let group = Group::new();
+//! let mut shards: PerCid<Shard> = PerCid::new(&group);
+//! let mut reg = group.register();       // once per thread
+//! for n in [100, 200, 0] {
+//!     let mut guard = reg.enter();      // an exclusive CID, for a short while
+//!     let shard = shards.get_mut(&mut guard);
+//!     shard.requests += 1;              // plain fields: nobody else has this shard now
+//!     shard.bytes += n;
+//!     if n == 0 {
+//!         shard.errors.push("empty request".into());
+//!     }
+//! }                                     // each guard gives its CID back
+//! drop(reg);
+//! let requests: u64 = shards.iter_mut().map(|(_cid, s)| s.requests).sum();
+//! assert_eq!(requests, 3);
+//! ```
+//!
+//! Async code: a guard is not `Send` and a task may move to another thread at every `.await`, so hold data
+//! across an `.await`, never a guard. Enter, update, drop the guard, then await:
+//!
+//! ```
+//! use mmcid::{Group, SharedPerCid};
+//! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//!
+//! async fn receive() -> u64 { 512 } // stands for real I/O
+//!
+//! async fn serve(group: &Group, bytes: &SharedPerCid<AtomicU64>) {
+//!     let n = receive().await;         // no guard held across the .await
+//!     {
+//!         let guard = group.enter();
+//!         let b = bytes.get(&guard);
+//!         b.store(b.load(Relaxed) + n, Relaxed);
+//!     }                                // the guard ends before the next .await
+//!     receive().await;
+//! }
+//!
+//! // What a multi-threaded executor (`tokio::spawn`) requires of a task:
+//! fn spawn<F: std::future::Future + Send>(task: F) -> F { task }
+//! let group = Group::new();
+//! let bytes = SharedPerCid::new(&group);
+//! let _task = spawn(serve(&group, &bytes));
+//! ```
+//!
+//! A guard held across an `.await` makes the task `!Send`, so a multi-threaded executor refuses it at compile time:
+//!
+//! ```compile_fail,E0277
+//! # use mmcid::Group;
+//! async fn receive() -> u64 { 512 }
+//! async fn serve(group: &Group) {
+//!     let guard = group.enter();
+//!     receive().await;                 // the guard lives across the .await…
+//!     drop(guard);
+//! }
+//! fn spawn<F: std::future::Future + Send>(task: F) -> F { task }
+//! let group = Group::new();
+//! let _task = spawn(serve(&group));    // …so the task is not Send: does not compile
 //! ```
 //!
 //! ## How it works
 //!
-//! CIDs come from an atomic bitmap. Ownership follows the kernel's latest design: while there are no more
-//! threads than the group's bound, each [`Registration`] owns a CID (per-task mode) and entering touches only the
-//! registration's own cache line with no read-modify-write; with more threads, each core owns a CID (per-CPU
-//! mode) and the thread entering on a core borrows it from the core's own slot, with a restartable sequence where
-//! the platform allows it (x86_64 Linux with glibc's rseq area and the RSEQ membarrier, real CPUs: no
-//! read-modify-write; see [`Group::uses_rseq`]) and one CAS elsewhere. A thread that finds
-//! its core's CID in use by a thread descheduled inside its guard takes a temporary CID: nobody ever waits.
+//! A CID comes from an atomic bitmap and is owned in one of two ways, as in the Linux kernel. While a group has
+//! about as many threads as cores or fewer ([`Group::max_cids`]), each [`Registration`] owns a CID, and entering is a store to the registration's
+//! own cache line. With more threads, each core owns a CID, and the thread entering on a core borrows it from the
+//! core's own slot: with a restartable sequence where the platform allows it ([`Group::uses_rseq`]), else one
+//! CAS. A thread that finds its core's CID held by a thread descheduled inside its guard borrows one of the core's
+//! extra CIDs ([`GroupBuilder::cids_per_core`]) or takes a temporary one: nobody ever waits. The group switches
+//! between the two only when threads register or leave, and CIDs move back below the bound at the next enter
+//! after threads leave. Whatever a CID's previous holder wrote to its shard is visible to the next holder, which
+//! is why a shard needs no atomics inside a guard.
 //!
-//! Mode switches happen only at [`Group::register`], registration drop and [`Group::set_cpus_allowed`], in two
-//! phases as in the kernel's ownership design of Linux 6.19 with its fixes of 2026 (one mode word and a fence on
-//! each side of the walk, commit 47ee94efccf6; a fixup walk over an explicit registration list, as the kernel's
-//! `user_list` of commit 192d852129b1; release of the final mode). The Dekker pairs between enter/exit and the
-//! fixup use `membarrier` on the rare side and compiler fences on the hot side where the kernel allows it. The
-//! [design](docs::design) defines the kernel's terms ([Terms](docs::design#terms)) and has the state machines
-//! and the table of every atomic access; the packed words' state tables are on their definitions in the source
-//! (`src/state.rs`).
-//!
-//! Every ordering is model-checked with loom (`loom-tests/`; the restartable sequences are modelled, not run),
-//! each protected ordering with a mutant that loom rejects (one, F4's Release, only in a litmus copy: no model of
-//! the real code needs it); the [loom page](docs::loom) lists the models and how to run them.
+//! The [design](docs::design) has the invariants with what checks each one, the kernel terms the code borrows,
+//! the state machines and the argument for every atomic access; every memory ordering is model-checked with loom
+//! (`loom-tests/`, the [loom page](docs::loom)), each protected ordering with a mutant that loom rejects.
 //!
 //! ## Costs, and how long to hold a guard
 //!
 //! `docs/benchmarks.md` (in the repository and the package) has every number with its run and its same-run
-//! peers. In a loop shaped like user code (`examples/use_case.rs`), an enter, an update of a 56-byte record in the
-//! guard's [`PerCid`] shard and the exit cost about 1.2 times what `thread_local` costs for the same update in
-//! per-task mode, a little more through [`Group::enter`], and about twice that in per-CPU mode (a restartable
-//! sequence, or one CAS, to borrow the core's CID). A guard is a CID reservation like the kernel's "running on a
-//! CPU", so keep it around the work on per-CID data: a thread that blocks or is preempted inside its guard keeps
-//! its CID, so the next thread entering on that core borrows one of the core's extra CIDs (CID sets,
-//! [`GroupBuilder::cids_per_core`]), and a group where half the threads hold guards at once switches to per-task
-//! ownership ([design §3.1](docs::design#31-occupancy-per-task-ownership-when-guards-are-held-across-deschedules)).
+//! peers. In a loop shaped like user code (`examples/use_case.rs`), an enter, an update of a 56-byte record in a
+//! [`PerCid`] shard and the exit cost about 1.2 times what `thread_local` costs for the same update with a
+//! [`Registration`], a little more through [`Group::enter`], and about twice that with more threads than cores.
+//! A guard reserves its CID like a thread running on a CPU, so keep it around the work on per-CID data: a thread
+//! that blocks or is preempted inside its guard keeps its CID, and the next thread on that core takes another
+//! (and a group where half the threads hold guards at once gives every thread a CID of its own).
 //! [`Stats::enter_cpu_extra`] and [`Stats::enter_temporary`] against the other `enter_*` counts of
 //! [`Group::stats`] show how often that happens.
-//!
-//! ## Invariants
-//!
-//! [I1 exclusivity](docs::design#i1), [I2 range](docs::design#i2), [I3 stability](docs::design#i3),
-//! [I4 convergence](docs::design#i4), [I5 accounting](docs::design#i5), [I6 progress](docs::design#i6),
-//! [I7 unwind safety](docs::design#i7), [I8 hand-over visibility](docs::design#i8),
-//! [I9 typed errors](docs::design#i9): the design's [invariants table](docs::design#invariants) gives each one's
-//! statement, the code that enforces it, and the tests and loom models (named after them) that check it.
-//!
-//! **The range bound, exactly ([I2](docs::design#i2)).** At every instant at most `users + K · cores` CIDs are in
-//! use ([`Group::users`], [`Group::cores`], `K` = [`Group::cids_per_core`]): each registration holds at most one,
-//! and each core at most `K` (one with `cids_per_core(1)`, the kernel's design; the extra ones only while guards
-//! held by descheduled threads need them, [design §2.6](docs::design#26-several-cids-per-core-a-cores-cid-set)).
-//! Each CID is below that bound *when it is handed out*, with `users` as it was then; it is not checked again. A
-//! guard keeps its CID for its whole life, and a registration its per-task CID between guards, while other
-//! registrations drop, so a live CID is below the largest bound since it was taken (at most the group's peak), not
-//! necessarily below today's ([design §12.4](docs::design#124-the-range-bound-exactly-i2)). Once membership stops
-//! shrinking, its holder converges to a CID below [`Group::max_cids`] at a later enter ([I4](docs::design#i4)),
-//! when a lower one is free:
-//!
-//! ```
-//! use mmcid::{CidKind, Group};
-//! let group = Group::builder().virtual_cpus(1).cids_per_core(1).build()?;
-//! let mut regs: Vec<_> = (0..10).map(|_| group.register()).collect(); // 10 users, 1 core: per-CPU mode
-//! let mut last = regs.pop().unwrap();
-//! let held: Vec<_> = regs.iter_mut().map(|r| r.enter()).collect();  // core 0's CID 0, temporaries 1..=8
-//! let live = last.enter();
-//! assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users + cores = 11
-//! drop(held);
-//! drop(regs);                                                         // membership shrinks to one user
-//! assert_eq!(group.users() + group.cores(), 2);
-//! assert!(live.cid().get() >= group.users() + group.cores());         // live, yet beyond today's bound
-//! assert!(group.stats().cids_in_use as usize <= group.users() + group.cores()); // how many: still bounded
-//! drop(live);
-//! assert_eq!(last.enter().cid().get(), 0);                            // the next enter converges
-//! # Ok::<(), mmcid::Error>(())
-//! ```
 //!
 //! ## Platform and process events
 //!
@@ -134,8 +203,8 @@
 //!   drop a registration, build a group, call [`Group::stats`], [`Group::cpus`], [`Group::set_cpus_allowed`]
 //!   (the lifecycle lock: it would wait for itself if it interrupted its own thread inside one), or use the
 //!   thread-local layer ([`Group::enter`], [`Group::leave_thread`], [`ShardedCounter::add`] and `sub`).
-//! * **CPU numbers.** [`Group::cores`] covers every CPU number the kernel can report (its `nr_cpu_ids`: the
-//!   highest possible CPU plus one, gaps and offline CPUs included), read from
+//! * **CPU numbers.** [`Group::cores`] covers every CPU number the kernel can report (the highest possible CPU
+//!   plus one, gaps and offline CPUs included), read from
 //!   `/sys/devices/system/cpu/possible` where that agrees with the kernel and from `sched_getaffinity`'s bound
 //!   otherwise, so every CPU a thread may run on has its own slot.
 
@@ -179,7 +248,9 @@ pub use group::{Group, GroupBuilder};
 pub use guard::{Cid, CidGuard, CidKind};
 #[cfg(loom)]
 pub use mutants::Mutant;
-pub use percid::{IterVisited, PerCid};
+#[allow(deprecated)]
+pub use percid::IterVisited;
+pub use percid::{PerCid, PerCidIntoIter, PerCidIter, PerCidIterMut, SharedPerCid};
 pub use registration::Registration;
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};

@@ -1,4 +1,5 @@
-//! `PerCid<T>`: one cache-padded `T` per CID, allocated on first use, exclusive inside a guard (I1 + I8).
+//! `PerCid<T>`: one cache-padded `T` per CID, allocated on first use, exclusive inside a guard (I1 + I8); and
+//! `SharedPerCid<T>`, the same table used only through shared references, readable while holders write.
 //!
 //! # Layout
 //!
@@ -24,14 +25,16 @@
 //!   may get the CID), and one guard cannot produce two live `&mut T` of one `PerCid`.
 //! * The previous holder of the CID released it with a Release store and the guard took it with an Acquire
 //!   (I8), so the previous holder's writes to the shard happen before ours: no atomics are needed inside.
-//! * Every other way to reach a shard as a plain reference ([`PerCid::iter_visited`], `Drop`) takes
-//!   `&mut self`, so it cannot run while any `get_mut` borrow is alive. The only shared-reference view is the
-//!   crate-internal [`SharedPerCid`], a separate type that never hands out `&mut T` and requires `T: Sync`.
+//! * Every other way to reach a shard as a plain reference ([`PerCid::iter_mut`], `into_iter`, `clear`, `Drop`)
+//!   takes `&mut self` or `self`, so it cannot run while any `get_mut` borrow is alive. `PerCid` has no shared
+//!   view of all shards (an `iter(&self)` would alias the holders' `&mut T`). The shared-reference view is
+//!   [`SharedPerCid`], a separate type that never hands out `&mut T` (its `get` borrows the guard shared, and its
+//!   `iter` reads every shard at any time) and requires `T: Sync` for both.
 
 use crate::bitmap::MAX_BITS;
 use crate::mutants::{Knob, Mutant};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, Ordering::*};
-use crate::{CidGuard, Error, Group};
+use crate::{Cid, CidGuard, Error, Group};
 use crossbeam_utils::CachePadded;
 use std::fmt;
 use std::iter::FusedIterator;
@@ -75,7 +78,7 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 ///
 /// Each shard is cache-padded ([`CachePadded`]: 128 bytes on x86_64 and aarch64, so neighbouring shards never
 /// share a cache line or an adjacent-line prefetch pair) and allocated the first time a guard carrying its CID
-/// asks for it; shards never move and are kept until the `PerCid` drops. In steady state CIDs stay below
+/// asks for it; shards never move and are kept until the `PerCid` drops or is cleared. In steady state CIDs stay below
 /// [`Group::max_cids`] (I2), so the shards are as many as the most CIDs in use at once while the data was used
 /// — bounded by the group's cores — where thread-id keyed storage holds one per thread that ever touched it. A
 /// thread descheduled inside its guard can make another take a temporary CID, which may add a shard beyond
@@ -83,8 +86,10 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 ///
 /// Access is through a guard: [`PerCid::get_mut`] gives `&mut T` for the guard's CID with no atomic operation
 /// on `T`, because no other live guard of the group carries that CID (I1) and whatever its previous holder
-/// wrote is visible (I8). Reading every shard ([`PerCid::iter_visited`]) needs `&mut self`: it cannot overlap
-/// any guard's access. For a total readable while other threads update, see [`ShardedCounter`](crate::ShardedCounter).
+/// wrote is visible (I8). Reading every shard ([`PerCid::iter_mut`], or by value through `IntoIterator`) needs
+/// `&mut self` or `self`: it cannot overlap any guard's access. To read shards while other threads update theirs,
+/// use a [`SharedPerCid`] (`T: Sync`, typically atomics), or a [`ShardedCounter`](crate::ShardedCounter) for a
+/// plain total. [`PerCid::clear`] drops every shard.
 ///
 /// `PerCid<T>` is `Send + Sync` when `T: Send`: shards are handed from thread to thread, never shared.
 ///
@@ -103,11 +108,55 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 ///         });
 ///     }
 /// });
-/// let mut all: Vec<u32> = lists.iter_visited().flat_map(|(_cid, v)| v.drain(..)).collect();
+/// let mut all: Vec<u32> = lists.iter_mut().flat_map(|(_cid, v)| v.drain(..)).collect();
 /// all.sort();
 /// assert_eq!(all, [0, 1, 2, 3]);
 /// assert!(lists.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
+///
+/// # Several per-CID tables under one guard
+///
+/// Put the data in one struct and keep one `PerCid` of it: one [`get_mut`](PerCid::get_mut) then reaches all of
+/// it, and each field is as exclusive as the whole.
+///
+/// ```
+/// use mmcid::{Group, PerCid};
+///
+/// #[derive(Default)]
+/// struct Stats {
+///     requests: u64,
+///     bytes: u64,
+///     recent: Vec<u32>,
+/// }
+///
+/// let group = Group::new();
+/// let stats: PerCid<Stats> = PerCid::new(&group);
+/// let mut reg = group.register();
+/// let mut guard = reg.enter();
+/// let s = stats.get_mut(&mut guard); // one shard, every table
+/// s.requests += 1;
+/// s.bytes += 512;
+/// s.recent.push(200);
+/// ```
+///
+/// Two `PerCid`s cannot be borrowed under one guard at once: `get_mut` borrows the guard mutably for as long as
+/// the shard is used, because the guard is what proves the `&mut T` unique. If it took `&guard`, two calls on the
+/// *same* `PerCid` would give two `&mut` to one shard, and the compiler cannot tell two tables from one. (Taking
+/// the shards one after the other, each borrow ended before the next, does compile.)
+///
+/// ```compile_fail,E0499
+/// let group = mmcid::Group::new();
+/// let (requests, bytes): (mmcid::PerCid<u64>, mmcid::PerCid<u64>) =
+///     (mmcid::PerCid::new(&group), mmcid::PerCid::new(&group));
+/// let mut reg = group.register();
+/// let mut guard = reg.enter();
+/// let r = requests.get_mut(&mut guard);
+/// let b = bytes.get_mut(&mut guard); // second mutable borrow of the guard while `r` lives
+/// *r += 1;
+/// *b += 512;
+/// ```
+///
+/// [`SharedPerCid::get`] borrows the guard shared, so several shared tables can be used under one guard.
 ///
 /// Thread-safety follows `T: Send`, like `Mutex<T>`:
 ///
@@ -161,8 +210,8 @@ unsafe impl<T: Send> Send for PerCid<T> {}
 
 // SAFETY: through `&PerCid` a thread only reaches the shard of a CID its own guard carries (`get_mut`), exclusive
 // by I1 and handed over with release/acquire by I8: a shard moves between threads but is never used by two at
-// once, so `T: Send` suffices, as for `Mutex<T>`. Shared views of all shards need `&mut self` (or
-// `SharedPerCid`, which requires `T: Sync`).
+// once, so `T: Send` suffices, as for `Mutex<T>`. Views of all shards need `&mut self` (or `SharedPerCid`,
+// whose `&T` paths require `T: Sync`).
 unsafe impl<T: Send> Sync for PerCid<T> {}
 
 impl<T> fmt::Debug for PerCid<T> {
@@ -185,8 +234,9 @@ impl<T: Default> PerCid<T> {
 }
 
 impl<T> PerCid<T> {
-    /// A `PerCid` for the guards of `group`, whose shards start as `init()` (called once per shard, on the
-    /// thread whose guard first asks for it). Allocates no shard.
+    /// A `PerCid` for the guards of `group`, whose shards start as `init()`; allocates no shard.
+    ///
+    /// `init` is called once per shard, on the thread whose guard first asks for it.
     ///
     /// ```
     /// let group = mmcid::Group::new();
@@ -215,8 +265,10 @@ impl<T> PerCid<T> {
         }
     }
 
-    /// The shard of the guard's CID, allocated on first use. No atomic operation touches `T`: the guard makes
-    /// the shard exclusively ours (I1) and shows us what its previous holder wrote (I8).
+    /// The shard of the guard's CID, allocated on first use.
+    ///
+    /// No atomic operation touches `T`: the guard makes the shard exclusively ours (I1) and shows us what its
+    /// previous holder wrote (I8).
     ///
     /// The shard borrows the guard, so it cannot outlive it:
     ///
@@ -271,22 +323,90 @@ impl<T> PerCid<T> {
         Ok(unsafe { &mut **shard.as_ptr() })
     }
 
-    /// Every shard allocated so far, with its CID, in increasing CID order. Scans only the visited bitmask and
-    /// the visited shards, never a slot per possible CPU.
+    /// Every shard allocated so far, with its CID, in increasing CID order.
     ///
-    /// Takes `&mut self`: no guard can be using a shard meanwhile (a shared view while guards write would alias
-    /// their `&mut T`).
+    /// Takes `&mut self`, so no guard can be using a shard meanwhile. Scans only the visited bitmask and the
+    /// visited shards, never a slot per possible CPU.
+    ///
+    /// There is no `iter(&self)`: a shared view while holders write through [`get_mut`](PerCid::get_mut) would
+    /// alias their `&mut T`. To read while threads write, use a [`SharedPerCid`].
+    ///
+    /// ```
+    /// use mmcid::{Cid, Group, PerCid};
+    ///
+    /// let group = Group::new();
+    /// let mut counts: PerCid<u64> = PerCid::new(&group);
+    /// let mut reg = group.register();
+    /// *counts.get_mut(&mut reg.enter()) += 5;
+    /// for (_cid, n) in counts.iter_mut() {
+    ///     *n *= 2; // e.g. reset every shard to a value: `*n = 0`
+    /// }
+    /// let visited: Vec<(Cid, u64)> = counts.iter_mut().map(|(cid, n)| (cid, *n)).collect();
+    /// assert_eq!(visited.len(), 1);
+    /// assert_eq!((visited[0].0.get(), visited[0].1), (0, 10));
+    /// ```
+    pub fn iter_mut(&mut self) -> PerCidIterMut<'_, T> {
+        PerCidIterMut { raw: RawIter::new(self), _shards: PhantomData }
+    }
+
+    /// Like [`iter_mut`](PerCid::iter_mut) with the CID as a `usize`; kept for code written before `iter_mut`.
+    #[deprecated(note = "use `iter_mut`, which yields the CID as a `Cid` like the rest of the API")]
+    #[allow(deprecated)]
+    pub fn iter_visited(&mut self) -> IterVisited<'_, T> {
+        IterVisited { inner: self.iter_mut() }
+    }
+
+    /// Drops every shard; the next guard to ask gets a fresh one.
+    ///
+    /// A fresh shard comes from `init` (or `T::default()`), and [`shards_allocated`](PerCid::shards_allocated)
+    /// is 0 again. The segments of shard
+    /// pointers are kept. Memory goes back too, which matters after a burst of temporary CIDs made shards beyond
+    /// [`Group::max_cids`]; to reset shards in place instead, assign through [`iter_mut`](PerCid::iter_mut).
+    ///
+    /// If a `T::drop` panics, the other shards are still dropped and the `PerCid` is left empty.
     ///
     /// ```
     /// let group = mmcid::Group::new();
-    /// let mut counts: mmcid::PerCid<u64> = mmcid::PerCid::new(&group);
+    /// let mut lists: mmcid::PerCid<Vec<u8>> = mmcid::PerCid::new(&group);
     /// let mut reg = group.register();
-    /// *counts.get_mut(&mut reg.enter()) += 5;
-    /// let visited: Vec<(usize, u64)> = counts.iter_visited().map(|(cid, n)| (cid, *n)).collect();
-    /// assert_eq!(visited, [(0, 5)]);
+    /// lists.get_mut(&mut reg.enter()).push(1);
+    /// lists.clear();
+    /// assert_eq!(lists.shards_allocated(), 0);
+    /// assert!(lists.get_mut(&mut reg.enter()).is_empty()); // a fresh shard
     /// ```
-    pub fn iter_visited(&mut self) -> IterVisited<'_, T> {
-        IterVisited { raw: RawIter::new(self), _shards: PhantomData }
+    pub fn clear(&mut self) {
+        drop(self.take_shards());
+    }
+
+    /// Takes every shard out (nulls its slot, clears its visited bit) and returns them with their CIDs, in CID
+    /// order. `&mut self`: no guard's access and no other scan can overlap.
+    fn take_shards(&mut self) -> Vec<(usize, Box<CachePadded<T>>)> {
+        // Relaxed, here and below: `&mut self` orders every other access before us.
+        let mut shards = Vec::with_capacity(self.allocated.load(Relaxed));
+        // SAFETY: each visited shard came from `Box::leak` in `install`, is yielded once, and no reference to it
+        // survives `&mut self`; a shard's visited bit is set in `install` right after it is stored, and every
+        // `install` happened before `&mut self`. Its slot is nulled below before anything can reach it again.
+        shards.extend(RawIter::new(self).map(|(cid, shard)| (cid, unsafe { Box::from_raw(shard.as_ptr()) })));
+        for &(cid, _) in &shards {
+            let (s, off) = locate(cid);
+            let slot = if s == 0 {
+                &self.first[off]
+            } else {
+                // SAFETY: the shard's segment is installed (the scan read the shard through it) and of length
+                // `seg_len(s) > off`; it lives until `Drop`.
+                unsafe { &*self.shards[s].load(Relaxed).add(off) }
+            };
+            slot.store(ptr::null_mut(), Relaxed);
+        }
+        for (s, head) in self.visited.iter().enumerate() {
+            let words = head.load(Relaxed);
+            for w in 0..if words.is_null() { 0 } else { words_len(s) } {
+                // SAFETY: `w < words_len(s)`, the length of this installed segment, alive until `Drop`.
+                unsafe { &*words.add(w) }.store(0, Relaxed);
+            }
+        }
+        self.allocated.store(0, Relaxed);
+        shards
     }
 
     /// Number of shards allocated so far (each at most once per CID; shards are kept until the `PerCid` drops).
@@ -358,12 +478,7 @@ impl<T> Drop for PerCid<T> {
     /// and frees the segments, then drops the shards as one `Vec`: a `T::drop` that panics cannot leak the other
     /// shards or the segments (the slice drop goes on with the remaining elements).
     fn drop(&mut self) {
-        // Relaxed: `&mut self` orders every other access before us (here and in the loads below).
-        let mut shards: Vec<Box<CachePadded<T>>> = Vec::with_capacity(self.allocated.load(Relaxed));
-        // SAFETY: each visited shard came from `Box::leak` in `install`, is yielded once, and no reference to it
-        // survives `&mut self`; a shard's visited bit is set in `install` right after it is stored, and every
-        // `install` happened before `&mut self`.
-        shards.extend(RawIter::new(self).map(|(_, shard)| unsafe { Box::from_raw(shard.as_ptr()) }));
+        let shards = self.take_shards();
         for s in 0..SEGMENTS {
             // Relaxed: `&mut self` orders every other access before us.
             let seg = self.shards[s].load(Relaxed);
@@ -378,6 +493,35 @@ impl<T> Drop for PerCid<T> {
             }
         }
         drop(shards);
+    }
+}
+
+impl<T> IntoIterator for PerCid<T> {
+    type Item = (Cid, T);
+    type IntoIter = PerCidIntoIter<T>;
+
+    /// Every shard with its CID, by value, in CID order: the `PerCid` is consumed (its `into_inner`).
+    ///
+    /// ```
+    /// let group = mmcid::Group::new();
+    /// let lists: mmcid::PerCid<Vec<u32>> = mmcid::PerCid::new(&group);
+    /// let mut reg = group.register();
+    /// lists.get_mut(&mut reg.enter()).push(7);
+    /// let all: Vec<u32> = lists.into_iter().flat_map(|(_cid, list)| list).collect();
+    /// assert_eq!(all, [7]);
+    /// ```
+    fn into_iter(mut self) -> PerCidIntoIter<T> {
+        PerCidIntoIter { shards: self.take_shards().into_iter() }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a mut PerCid<T> {
+    type Item = (Cid, &'a mut T);
+    type IntoIter = PerCidIterMut<'a, T>;
+
+    /// [`PerCid::iter_mut`].
+    fn into_iter(self) -> PerCidIterMut<'a, T> {
+        self.iter_mut()
     }
 }
 
@@ -508,66 +652,233 @@ impl<T> Iterator for RawIter<'_, T> {
     }
 }
 
-/// Iterator over the allocated shards of a [`PerCid`], with their CIDs, in CID order: see
-/// [`PerCid::iter_visited`].
-pub struct IterVisited<'a, T> {
+/// The CID of a scanned shard (below `MAX_BITS`, so it fits a `Cid`).
+fn cid_of(cid: usize) -> Cid {
+    debug_assert!(cid < MAX_BITS);
+    Cid::from_raw(cid as u32)
+}
+
+/// Iterator over the shards of a [`PerCid`] or [`SharedPerCid`] as `(Cid, &mut T)`, in CID order.
+///
+/// Made by [`PerCid::iter_mut`] and [`SharedPerCid::iter_mut`]; it borrows the table mutably, so no guard can use a
+/// shard meanwhile.
+pub struct PerCidIterMut<'a, T> {
     raw: RawIter<'a, T>,
     _shards: PhantomData<&'a mut T>,
 }
 
-impl<T> fmt::Debug for IterVisited<'_, T> {
+impl<T> fmt::Debug for PerCidIterMut<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IterVisited").field("next_segment", &self.raw.seg).finish_non_exhaustive()
+        f.debug_struct("PerCidIterMut").field("next_segment", &self.raw.seg).finish_non_exhaustive()
     }
 }
 
-impl<'a, T> Iterator for IterVisited<'a, T> {
-    type Item = (usize, &'a mut T);
+impl<'a, T> Iterator for PerCidIterMut<'a, T> {
+    type Item = (Cid, &'a mut T);
 
     fn next(&mut self) -> Option<Self::Item> {
         let (cid, shard) = self.raw.next()?;
-        // SAFETY: `iter_visited` borrowed the `PerCid` mutably for `'a`, so no other reference to any shard
-        // exists; each CID (hence each shard) is yielded once; shards live until the `PerCid` drops.
-        Some((cid, unsafe { &mut **shard.as_ptr() }))
+        // SAFETY: `iter_mut` borrowed the `PerCid` mutably for `'a`, so no other reference to any shard exists;
+        // each CID (hence each shard) is yielded once; shards live until the `PerCid` drops or is cleared, which
+        // needs `&mut` again.
+        Some((cid_of(cid), unsafe { &mut **shard.as_ptr() }))
     }
 }
 
-impl<T> FusedIterator for IterVisited<'_, T> {}
+impl<T> FusedIterator for PerCidIterMut<'_, T> {}
 
 // SAFETY: the iterator is an exclusive borrow of the `PerCid` that yields `&mut T`: moving it to another thread
 // moves those exclusive references, which needs `T: Send` (as for `&mut T: Send`); the raw segment pointer it
 // caches is only read while the borrow lasts.
-unsafe impl<T: Send> Send for IterVisited<'_, T> {}
+unsafe impl<T: Send> Send for PerCidIterMut<'_, T> {}
 
-/// A [`PerCid`] used only through shared references: the crate-internal view under
-/// [`ShardedCounter`](crate::ShardedCounter). It never hands out `&mut T`, so a guard's `&T` may coexist with a reader's `&T`
-/// of the same shard; `T: Sync` makes that sound, and `T` is meant to be an atomic that the guard holder updates
-/// with plain loads and stores (one writer at a time by I1, handed over by I8).
-#[cfg_attr(loom, allow(dead_code))]
-pub(crate) struct SharedPerCid<T: Send + Sync>(PerCid<T>);
+/// Iterator over the shards of a [`SharedPerCid`] as `(Cid, &T)`, in CID order, while guards may be using them.
+///
+/// Made by [`SharedPerCid::iter`]; each shard is reached once, through the visited bitmask.
+pub struct PerCidIter<'a, T> {
+    raw: RawIter<'a, T>,
+    _shards: PhantomData<&'a T>,
+}
 
-#[cfg_attr(loom, allow(dead_code))]
-impl<T: Send + Sync> SharedPerCid<T> {
-    pub(crate) fn new(group: &Group) -> Self
-    where
-        T: Default,
-    {
+impl<T> fmt::Debug for PerCidIter<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerCidIter").field("next_segment", &self.raw.seg).finish_non_exhaustive()
+    }
+}
+
+impl<'a, T: Sync> Iterator for PerCidIter<'a, T> {
+    type Item = (Cid, &'a T);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (cid, shard) = self.raw.next()?;
+        // SAFETY: the iterator borrows a `SharedPerCid` for `'a`, through which only shared references to shards
+        // are ever made (`get`, `iter`; the `&mut T` paths need `&mut self`), and `T: Sync`; shards live until the
+        // table drops or is cleared, which needs `&mut` again.
+        Some((cid_of(cid), unsafe { &**shard.as_ptr() }))
+    }
+}
+
+impl<T: Sync> FusedIterator for PerCidIter<'_, T> {}
+
+// SAFETY: the iterator yields `&T` from a shared borrow; sending it sends those shared references, which needs
+// `T: Sync` (as for `&T: Send`); the raw segment pointer it caches is only read while the borrow lasts.
+unsafe impl<T: Sync> Send for PerCidIter<'_, T> {}
+
+/// Owning iterator over the shards of a [`PerCid`] or [`SharedPerCid`] as `(Cid, T)`, in CID order.
+///
+/// Made by their `into_iter` (`IntoIterator`).
+pub struct PerCidIntoIter<T> {
+    shards: std::vec::IntoIter<(usize, Box<CachePadded<T>>)>,
+}
+
+impl<T> fmt::Debug for PerCidIntoIter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerCidIntoIter").field("remaining", &self.shards.len()).finish()
+    }
+}
+
+impl<T> Iterator for PerCidIntoIter<T> {
+    type Item = (Cid, T);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.shards.next().map(|(cid, shard)| (cid_of(cid), CachePadded::into_inner(*shard)))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.shards.size_hint()
+    }
+}
+
+impl<T> ExactSizeIterator for PerCidIntoIter<T> {}
+
+impl<T> FusedIterator for PerCidIntoIter<T> {}
+
+/// The iterator of the deprecated [`PerCid::iter_visited`]: [`PerCid::iter_mut`] with the CID as a `usize`.
+#[deprecated(note = "use `PerCid::iter_mut` and `PerCidIterMut`, which yield the CID as a `Cid`")]
+pub struct IterVisited<'a, T> {
+    inner: PerCidIterMut<'a, T>,
+}
+
+#[allow(deprecated)]
+impl<T> fmt::Debug for IterVisited<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IterVisited").field("next_segment", &self.inner.raw.seg).finish_non_exhaustive()
+    }
+}
+
+#[allow(deprecated)]
+impl<'a, T> Iterator for IterVisited<'a, T> {
+    type Item = (usize, &'a mut T);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.next().map(|(cid, shard)| (cid.get(), shard))
+    }
+}
+
+#[allow(deprecated)]
+impl<T> FusedIterator for IterVisited<'_, T> {}
+
+/// One `T: Sync` per CID, readable at any time: holders get `&T` through their guard, readers iterate all.
+///
+/// [`iter`](SharedPerCid::iter) reads every shard while the holders update theirs.
+///
+/// The layout and the allocation on first use are [`PerCid`]'s. What differs is access: [`get`](SharedPerCid::get)
+/// gives a shared `&T` (never `&mut T`), so `T` must be [`Sync`], and is typically made of atomics, per-CID
+/// statistics that a monitoring thread sums while the workers record. The guard still makes its holder the only
+/// thread that *writes* the shard of its CID (I1), and shows it what the CID's previous holder wrote (I8), so a
+/// holder updates an atomic with a plain load and store (no read-modify-write, nothing lost) while readers only
+/// load: that is how [`ShardedCounter`](crate::ShardedCounter) is built on it. The shard borrows the guard, so it
+/// cannot be used after the CID goes to another thread.
+///
+/// A reader sees each shard once, with no lock and no retry: the result is not an atomic snapshot of all shards
+/// (see [`ShardedCounter::sum`](crate::ShardedCounter::sum) for what a sum of such reads promises), but it is exact
+/// once the writers are done (joined, or their updates otherwise happen before the read).
+///
+/// A live histogram: each CID records into its own buckets, a reader sums them while the threads record
+/// (`examples/histogram.rs` is the full program).
+///
+/// ```
+/// use mmcid::{Group, SharedPerCid};
+/// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+///
+/// let group = Group::new();
+/// let hist: SharedPerCid<[AtomicU64; 4]> = SharedPerCid::new(&group); // 4 buckets per CID
+/// std::thread::scope(|s| {
+///     for t in 0..4u64 {
+///         let (group, hist) = (&group, &hist);
+///         s.spawn(move || {
+///             for v in 0..1000 {
+///                 let guard = group.enter();
+///                 let bucket = &hist.get(&guard)[((v + t) % 4) as usize];
+///                 bucket.store(bucket.load(Relaxed) + 1, Relaxed); // only this CID's holder writes it
+///             }
+///         });
+///     }
+///     // Meanwhile: a reader sums every CID's buckets.
+///     let seen: u64 = hist.iter().flat_map(|(_cid, b)| b).map(|n| n.load(Relaxed)).sum();
+///     assert!(seen <= 4000);
+/// });
+/// let total: u64 = hist.iter().flat_map(|(_cid, b)| b).map(|n| n.load(Relaxed)).sum();
+/// assert_eq!(total, 4000); // exact once the recorders are joined
+/// ```
+pub struct SharedPerCid<T>(PerCid<T>);
+
+impl<T: Default> SharedPerCid<T> {
+    /// A `SharedPerCid` for the guards of `group`, whose shards start as `T::default()`. Allocates no shard.
+    ///
+    /// ```
+    /// let group = mmcid::Group::new();
+    /// let hits: mmcid::SharedPerCid<std::sync::atomic::AtomicU64> = mmcid::SharedPerCid::new(&group);
+    /// assert_eq!(hits.shards_allocated(), 0);
+    /// ```
+    pub fn new(group: &Group) -> Self {
         SharedPerCid(PerCid::new(group))
     }
+}
 
-    /// The shard of the guard's CID, allocated on first use; [`Error::ForeignGuard`] for another group's guard.
-    #[inline]
-    pub(crate) fn get(&self, guard: &CidGuard<'_>) -> Result<&T, Error> {
-        if guard.group_id() != self.0.group_id {
-            return Err(Error::ForeignGuard);
-        }
-        Ok(self.get_unchecked(guard))
+impl<T> SharedPerCid<T> {
+    /// A `SharedPerCid` for the guards of `group`, whose shards start as `init()`; allocates no shard.
+    ///
+    /// `init` is called once per shard, on the thread whose guard first asks for it.
+    ///
+    /// ```
+    /// use std::sync::atomic::AtomicU64;
+    /// let group = mmcid::Group::new();
+    /// let buckets = mmcid::SharedPerCid::with(&group, || (0..64).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    /// assert_eq!(buckets.get(&group.enter()).len(), 64);
+    /// ```
+    pub fn with<F>(group: &Group, init: F) -> Self
+    where
+        F: Fn() -> T + Send + Sync + 'static,
+    {
+        SharedPerCid(PerCid::with(group, init))
     }
 
-    /// [`SharedPerCid::get`] for a guard the caller knows is of this group (e.g. from its own `Group::enter`).
+    /// Every shard with its CID, exclusively, in CID order: see [`PerCid::iter_mut`].
+    pub fn iter_mut(&mut self) -> PerCidIterMut<'_, T> {
+        self.0.iter_mut()
+    }
+
+    /// Drops every shard; the next guard to ask gets a fresh one (see [`PerCid::clear`]).
+    ///
+    /// To zero shards in place instead, store through [`iter_mut`](SharedPerCid::iter_mut) or
+    /// [`iter`](SharedPerCid::iter).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Number of shards allocated so far (one per CID that asked for its shard since the last `clear`).
+    pub fn shards_allocated(&self) -> usize {
+        self.0.shards_allocated()
+    }
+
+    /// [`SharedPerCid::try_get`] for a guard the caller knows is of this group (e.g. from its own `Group::enter`).
     /// A foreign guard would not be undefined behaviour (see `PerCid::shard`), only wrong.
     #[inline]
-    pub(crate) fn get_unchecked(&self, guard: &CidGuard<'_>) -> &T {
+    pub(crate) fn get_unchecked(&self, guard: &CidGuard<'_>) -> &T
+    where
+        T: Sync,
+    {
         debug_assert_eq!(guard.group_id(), self.0.group_id, "guard of another group");
         self.get_cid(guard.cid().get())
     }
@@ -575,43 +886,131 @@ impl<T: Send + Sync> SharedPerCid<T> {
     /// The shard of CID `cid`, allocated on first use. The caller holds `cid` through a guard (or an in-place
     /// enter) of this group: only the holder installs a CID's shard (see `PerCid::shard`).
     #[inline]
-    pub(crate) fn get_cid(&self, cid: usize) -> &T {
+    pub(crate) fn get_cid(&self, cid: usize) -> &T
+    where
+        T: Sync,
+    {
         let shard = self.0.shard(cid);
-        // SAFETY: the shard is live until the `PerCid` drops (needs `&mut`); only shared references to shards are
-        // ever made through a `SharedPerCid` (no `get_mut`, `iter_visited` needs `&mut self`), and `T: Sync`.
+        // SAFETY: the shard is live until the table drops or is cleared (both need `&mut`); only shared references
+        // to shards are ever made through a `SharedPerCid` while it is shared (no `get_mut`; the `&mut T` paths
+        // need `&mut self`), and `T: Sync`.
         unsafe { &*shard.as_ptr() }
     }
 
     /// The shard of CID `cid` if it is installed, for a caller that does not hold `cid` (yet): nothing is
     /// installed here.
     #[inline]
-    pub(crate) fn installed(&self, cid: usize) -> Option<&T> {
+    pub(crate) fn installed(&self, cid: usize) -> Option<&T>
+    where
+        T: Sync,
+    {
         // Acquire: pairs with the Release store in `install` (the shard is initialised), since we are not in the
         // CID's hand-over chain.
         let shard = self.0.installed_shard(cid, Acquire)?;
         // SAFETY: as in `get_cid`.
         Some(unsafe { &*shard.as_ptr() })
     }
+}
 
-    /// Every allocated shard, concurrently with guards using theirs.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
-        // SAFETY: as in `get_cid`: shared references only, `T: Sync`, shards live as long as `self`.
-        RawIter::new(&self.0).map(|(_, shard)| unsafe { &**shard.as_ptr() })
+impl<T: Sync> SharedPerCid<T> {
+    /// The shard of the guard's CID, allocated on first use; it cannot outlive the guard.
+    ///
+    /// The holder is the shard's only writer (I1) and sees what earlier holders wrote (I8); readers may load it
+    /// any time.
+    ///
+    /// Several tables under one guard are fine here (`get` borrows the guard shared):
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// let group = mmcid::Group::new();
+    /// let (hits, bytes) = (mmcid::SharedPerCid::<AtomicU64>::new(&group), mmcid::SharedPerCid::<AtomicU64>::new(&group));
+    /// let guard = group.enter();
+    /// let (h, b) = (hits.get(&guard), bytes.get(&guard));
+    /// h.store(h.load(Relaxed) + 1, Relaxed);
+    /// b.store(b.load(Relaxed) + 512, Relaxed);
+    /// drop(guard);
+    /// assert_eq!(bytes.iter().map(|(_, b)| b.load(Relaxed)).sum::<u64>(), 512);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the guard belongs to another group than the one this table was made for;
+    /// [`try_get`](SharedPerCid::try_get) returns [`Error::ForeignGuard`] instead. Also panics if `init` panics.
+    #[inline]
+    pub fn get<'a>(&'a self, guard: &'a CidGuard<'_>) -> &'a T {
+        match self.try_get(guard) {
+            Ok(shard) => shard,
+            Err(e) => foreign(e),
+        }
     }
 
-    /// Every allocated shard, exclusively.
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
-        self.0.iter_visited().map(|(_, shard)| shard)
+    /// Like [`SharedPerCid::get`], returning [`Error::ForeignGuard`] for a guard of another group.
+    ///
+    /// ```
+    /// let (ours, theirs) = (mmcid::Group::new(), mmcid::Group::new());
+    /// let table: mmcid::SharedPerCid<std::sync::atomic::AtomicU64> = mmcid::SharedPerCid::new(&ours);
+    /// assert_eq!(table.try_get(&theirs.enter()).err(), Some(mmcid::Error::ForeignGuard));
+    /// ```
+    #[inline]
+    pub fn try_get<'a>(&'a self, guard: &'a CidGuard<'_>) -> Result<&'a T, Error> {
+        if guard.group_id() != self.0.group_id {
+            return Err(Error::ForeignGuard);
+        }
+        Ok(self.get_unchecked(guard))
     }
 
-    pub(crate) fn shards_allocated(&self) -> usize {
-        self.0.shards_allocated()
+    /// Every shard allocated so far, with its CID, in CID order, while guards may be updating theirs.
+    ///
+    /// Scans only the visited bitmask and the visited shards: one load per 64 CIDs and one per shard, never a slot
+    /// per possible CPU. A shard installed during the scan may or may not be seen.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// let group = mmcid::Group::new();
+    /// let hits: mmcid::SharedPerCid<AtomicU64> = mmcid::SharedPerCid::new(&group);
+    /// hits.get(&group.enter()).store(3, Relaxed);
+    /// let seen: Vec<(usize, u64)> = hits.iter().map(|(cid, n)| (cid.get(), n.load(Relaxed))).collect();
+    /// assert_eq!(seen.len(), 1);
+    /// assert_eq!(seen[0].1, 3);
+    /// ```
+    pub fn iter(&self) -> PerCidIter<'_, T> {
+        PerCidIter { raw: RawIter::new(&self.0), _shards: PhantomData }
     }
 }
 
-impl<T: Send + Sync> fmt::Debug for SharedPerCid<T> {
+impl<T> fmt::Debug for SharedPerCid<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        f.debug_struct("SharedPerCid").field("shards_allocated", &self.shards_allocated()).finish_non_exhaustive()
+    }
+}
+
+impl<T> IntoIterator for SharedPerCid<T> {
+    type Item = (Cid, T);
+    type IntoIter = PerCidIntoIter<T>;
+
+    /// Every shard with its CID, by value, in CID order: see [`PerCid`]'s `into_iter`.
+    fn into_iter(self) -> PerCidIntoIter<T> {
+        self.0.into_iter()
+    }
+}
+
+impl<'a, T: Sync> IntoIterator for &'a SharedPerCid<T> {
+    type Item = (Cid, &'a T);
+    type IntoIter = PerCidIter<'a, T>;
+
+    /// [`SharedPerCid::iter`].
+    fn into_iter(self) -> PerCidIter<'a, T> {
+        self.iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a mut SharedPerCid<T> {
+    type Item = (Cid, &'a mut T);
+    type IntoIter = PerCidIterMut<'a, T>;
+
+    /// [`SharedPerCid::iter_mut`].
+    fn into_iter(self) -> PerCidIterMut<'a, T> {
+        self.iter_mut()
     }
 }
 
@@ -649,7 +1048,7 @@ mod tests {
             unsafe { **p.as_ptr() = cid as u32 };
         }
         assert!(per_cid.visited[0].load(Relaxed).is_null(), "segment 0's visited words never made");
-        let seen: Vec<(usize, u32)> = per_cid.iter_visited().map(|(c, v)| (c, *v)).collect();
+        let seen: Vec<(usize, u32)> = per_cid.iter_mut().map(|(c, v)| (c.get(), *v)).collect();
         assert_eq!(seen, [(70, 70), (200, 200)]);
         assert_eq!(per_cid.shards_allocated(), 2);
     }

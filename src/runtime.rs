@@ -525,8 +525,7 @@ impl Start {
     }
 }
 
-/// The calling runtime thread's handle on its core and registration, passed to the closure given to
-/// [`Runtime::spawn`].
+/// The calling runtime thread's handle on its core and registration, passed to [`Runtime::spawn`]'s closure.
 ///
 /// Not `Send`: it describes the thread it was made for. A guard from [`Context::enter`] borrows the context
 /// mutably, so read [`Context::cpu`] before entering (or use [`current`] inside the guard).

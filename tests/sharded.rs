@@ -5,7 +5,7 @@
 mod common;
 
 use common::{patience, Gate, StopOnDrop};
-use mmcid::{CidGuard, CpuSet, Error, Group, PerCid, Registration, ShardedCounter};
+use mmcid::{Cid, CidGuard, CpuSet, Error, Group, PerCid, Registration, ShardedCounter, SharedPerCid};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -281,7 +281,7 @@ fn per_cid_vec_loses_and_duplicates_nothing_under_churn() {
     let mut made = made.into_inner().unwrap();
     made.extend(bg_made);
     made.sort_unstable();
-    let mut found: Vec<u64> = lists.iter_visited().flat_map(|(_, list)| list.drain(..)).collect();
+    let mut found: Vec<u64> = lists.iter_mut().flat_map(|(_, list)| list.drain(..)).collect();
     found.sort_unstable();
     assert!(!made.is_empty());
     let dups = found.windows(2).filter(|w| w[0] == w[1]).count();
@@ -458,7 +458,7 @@ fn shards_grow_past_a_segment_boundary_without_moving() {
         assert_eq!(addrs[&cid], shard as *mut u64 as usize, "shard {cid} moved");
     }
     assert_eq!(per_cid.shards_allocated(), 70);
-    let visited: Vec<(usize, u64)> = per_cid.iter_visited().map(|(c, v)| (c, *v)).collect();
+    let visited: Vec<(usize, u64)> = per_cid.iter_mut().map(|(c, v)| (c.get(), *v)).collect();
     let mut want: Vec<(usize, u64)> = addrs.keys().map(|&c| (c, c as u64 * 10)).collect();
     want.sort_unstable();
     assert_eq!(visited, want, "each visited shard once, in CID order");
@@ -591,7 +591,236 @@ fn hand_over_needs_no_atomics_inside_the_guard() {
     assert!(stats.enter_cpu_fast > 0, "no core CID was borrowed: {stats:?}");
     // (Every thread left its loop with MIN_HAND_OVERS seen, or failed.)
     eprintln!("hand-over test: {ops} increments, {} hand-overs, {stats:?}", hand_overs.load(Relaxed));
-    assert_eq!(per_cid.iter_visited().map(|(_, t)| t.count).sum::<u64>(), ops, "an increment was lost (I1/I8)");
+    assert_eq!(per_cid.iter_mut().map(|(_, t)| t.count).sum::<u64>(), ops, "an increment was lost (I1/I8)");
     // I2 hard bound: 4 users + 2 cores.
     assert!(per_cid.shards_allocated() <= THREADS + 2, "{} shards", per_cid.shards_allocated());
+}
+
+/// 70 registrations of a 128-core group own CIDs 0..70 (per-task mode), across the first segment's end.
+fn seventy_owners() -> (Group, Vec<Registration>) {
+    let group = Group::builder().virtual_cpus(128).build().unwrap();
+    let regs: Vec<Registration> = (0..70).map(|_| group.register()).collect();
+    (group, regs)
+}
+
+/// Which CIDs of [`seventy_owners`] the iteration tests write: both ends of the first segment and the second.
+const WRITTEN: [usize; 5] = [0, 3, 63, 64, 69];
+
+/// Every iteration, of `PerCid` and `SharedPerCid`, by reference and by value, yields exactly the shards written:
+/// each once, in CID order, with its `Cid` and value; CIDs whose guards never asked for a shard are not there.
+#[test]
+fn iteration_sees_exactly_the_shards_written() {
+    let (group, mut regs) = seventy_owners();
+    let mut per_cid: PerCid<u64> = PerCid::new(&group);
+    let shared: SharedPerCid<AtomicU64> = SharedPerCid::new(&group);
+    for reg in regs.iter_mut() {
+        let mut guard = reg.enter();
+        let cid = guard.cid().get();
+        if WRITTEN.contains(&cid) {
+            *per_cid.get_mut(&mut guard) = cid as u64 * 10;
+            shared.get(&guard).store(cid as u64 * 10, Relaxed);
+        }
+    }
+    let want: Vec<(usize, u64)> = WRITTEN.iter().map(|&c| (c, c as u64 * 10)).collect();
+    assert_eq!((per_cid.shards_allocated(), shared.shards_allocated()), (5, 5));
+
+    let seen: Vec<(usize, u64)> = per_cid.iter_mut().map(|(c, v)| (c.get(), *v)).collect();
+    assert_eq!(seen, want, "PerCid::iter_mut");
+    let mut seen = Vec::new();
+    for (cid, v) in &mut per_cid {
+        *v += 1;
+        seen.push((cid.get(), *v - 1));
+    }
+    assert_eq!(seen, want, "&mut PerCid");
+    let seen: Vec<(Cid, u64)> = per_cid.into_iter().collect();
+    let want_plus: Vec<(usize, u64)> = want.iter().map(|&(c, v)| (c, v + 1)).collect();
+    assert_eq!(seen.iter().map(|&(c, v)| (c.get(), v)).collect::<Vec<_>>(), want_plus, "PerCid::into_iter");
+
+    let load = |(c, v): (Cid, &AtomicU64)| (c.get(), v.load(Relaxed));
+    assert_eq!(shared.iter().map(load).collect::<Vec<_>>(), want, "SharedPerCid::iter");
+    assert_eq!((&shared).into_iter().map(load).collect::<Vec<_>>(), want, "&SharedPerCid");
+    let mut shared = shared;
+    let seen: Vec<(usize, u64)> = (&mut shared).into_iter().map(|(c, v)| (c.get(), *v.get_mut())).collect();
+    assert_eq!(seen, want, "&mut SharedPerCid");
+    let seen: Vec<(usize, u64)> = shared.into_iter().map(|(c, v)| (c.get(), v.into_inner())).collect();
+    assert_eq!(seen, want, "SharedPerCid::into_iter");
+}
+
+/// The deprecated `iter_visited` still yields what `iter_mut` does, with the CID as a `usize`.
+#[test]
+#[allow(deprecated)]
+fn iter_visited_is_iter_mut_with_usize_cids() {
+    let (group, mut regs) = seventy_owners();
+    let mut per_cid: PerCid<u64> = PerCid::new(&group);
+    for reg in regs.iter_mut() {
+        let mut guard = reg.enter();
+        let cid = guard.cid().get();
+        if WRITTEN.contains(&cid) {
+            *per_cid.get_mut(&mut guard) = cid as u64;
+        }
+    }
+    let old: Vec<(usize, u64)> = per_cid.iter_visited().map(|(c, v)| (c, *v)).collect();
+    let new: Vec<(usize, u64)> = per_cid.iter_mut().map(|(c, v)| (c.get(), *v)).collect();
+    assert_eq!(old, new);
+    assert_eq!(old.len(), WRITTEN.len());
+}
+
+/// `clear` drops every shard once (both segments), leaves nothing to iterate, and the next guard gets a fresh shard
+/// from `init`; `SharedPerCid::clear` too.
+#[test]
+fn clear_drops_every_shard_and_starts_afresh() {
+    let (group, mut per_cid, made, drops) = counting_per_cid(|_, drops| Counted { drops: drops.clone() });
+    let mut regs: Vec<Registration> = (0..3).map(|_| group.register()).collect();
+    for reg in regs.iter_mut() {
+        let _ = per_cid.get_mut(&mut reg.enter());
+    }
+    assert_eq!((made.load(Relaxed), per_cid.shards_allocated()), (3, 3));
+    per_cid.clear();
+    assert_eq!(drops.load(Relaxed), 3, "every shard dropped once");
+    assert_eq!(per_cid.shards_allocated(), 0);
+    assert_eq!(per_cid.iter_mut().count(), 0);
+    let _ = per_cid.get_mut(&mut regs[0].enter());
+    assert_eq!((made.load(Relaxed), per_cid.shards_allocated(), drops.load(Relaxed)), (4, 1, 3), "a fresh shard");
+    per_cid.clear();
+    per_cid.clear(); // nothing left: a no-op
+    drop(per_cid);
+    assert_eq!(drops.load(Relaxed), 4, "each shard dropped once, by clear or by drop");
+
+    let (group, mut regs) = seventy_owners();
+    let mut shared: SharedPerCid<AtomicU64> = SharedPerCid::new(&group);
+    for reg in regs.iter_mut() {
+        shared.get(&reg.enter()).store(7, Relaxed);
+    }
+    assert_eq!(shared.shards_allocated(), 70);
+    shared.clear();
+    assert_eq!((shared.shards_allocated(), shared.iter().count()), (0, 0));
+    for reg in regs.iter_mut() {
+        let guard = reg.enter();
+        if WRITTEN.contains(&guard.cid().get()) {
+            assert_eq!(shared.get(&guard).load(Relaxed), 0, "a fresh shard, not the cleared one");
+            shared.get(&guard).store(1, Relaxed);
+        }
+    }
+    let seen: Vec<usize> = shared.iter().map(|(c, _)| c.get()).collect();
+    assert_eq!(seen, WRITTEN, "only the shards written since the clear");
+}
+
+/// A shard whose drop panics in `clear`: the others are dropped too, and the table is left empty and usable.
+#[test]
+fn clear_with_a_panicking_shard_drop_leaves_the_table_empty() {
+    let (group, mut per_cid, made, drops) =
+        counting_per_cid(|id, drops| PanicsOnDrop { id, panic_id: 1, drops: drops.clone() });
+    let mut regs: Vec<Registration> = (0..3).map(|_| group.register()).collect();
+    for reg in regs.iter_mut() {
+        let _ = per_cid.get_mut(&mut reg.enter());
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| per_cid.clear()));
+    assert!(result.is_err(), "the shard's panic propagates");
+    assert_eq!(drops.load(Relaxed), 3, "every shard dropped once, the panicking one included");
+    assert_eq!((per_cid.shards_allocated(), per_cid.iter_mut().count()), (0, 0));
+    let _ = per_cid.get_mut(&mut regs[0].enter());
+    assert_eq!((made.load(Relaxed), per_cid.shards_allocated()), (4, 1));
+}
+
+/// `into_iter` hands every shard out by value (nothing dropped until the caller drops it); a partly consumed
+/// iterator drops the rest.
+#[test]
+fn into_iter_hands_out_each_shard_once() {
+    let (group, per_cid, _, drops) = counting_per_cid(|_, drops| Counted { drops: drops.clone() });
+    let mut regs: Vec<Registration> = (0..3).map(|_| group.register()).collect();
+    for reg in regs.iter_mut() {
+        let _ = per_cid.get_mut(&mut reg.enter());
+    }
+    let mut it = per_cid.into_iter();
+    assert_eq!(it.len(), 3);
+    let first = it.next().unwrap();
+    assert_eq!(drops.load(Relaxed), 0, "handed out, not dropped");
+    drop(it);
+    assert_eq!(drops.load(Relaxed), 2, "the two not taken are dropped with the iterator");
+    drop(first);
+    assert_eq!(drops.load(Relaxed), 3);
+}
+
+#[test]
+fn shared_per_cid_rejects_foreign_guards() {
+    let (ours, theirs) = (Group::new(), Group::new());
+    let table: SharedPerCid<AtomicU64> = SharedPerCid::new(&ours);
+    assert_eq!(table.try_get(&theirs.enter()).err(), Some(Error::ForeignGuard));
+    assert_eq!(table.shards_allocated(), 0);
+    assert!(table.try_get(&ours.enter()).is_ok());
+}
+
+#[test]
+#[should_panic(expected = "the guard belongs to another group")]
+fn foreign_guard_panics_in_shared_get() {
+    let table: SharedPerCid<AtomicU64> = SharedPerCid::new(&Group::new());
+    let _ = table.get(&Group::new().enter());
+}
+
+/// A histogram read while 8 threads record into it: 8 buckets per CID in a `SharedPerCid`, each recorder the only
+/// writer of its CID's buckets (a plain load and store, no read-modify-write). Three phases, separated by gates:
+/// a scan between the first two sees at least the first phase's counts and at most the second's in every bucket;
+/// the scans of the third phase never see a bucket go down (one reader: each shard's values come in its
+/// modification order); the sum after the recorders are joined is exact. Half the recorders use a registration
+/// of their own, half `Group::enter`; with 4 virtual cores and one CID per core the group is in per-CPU mode, with
+/// temporary CIDs whenever a recorder is preempted inside its guard.
+#[test]
+fn a_shared_table_read_while_eight_threads_write_sums_exactly() {
+    const THREADS: usize = 8;
+    const BUCKETS: usize = 8;
+    let phase = common::per_thread(30_000, THREADS) / BUCKETS as u64 * BUCKETS as u64; // a multiple of BUCKETS
+    let per_bucket = |phases: u64| phases * phase * THREADS as u64 / BUCKETS as u64;
+    let group = Group::builder().virtual_cpus(4).cids_per_core(1).build().unwrap();
+    let table: SharedPerCid<[AtomicU64; BUCKETS]> = SharedPerCid::new(&group);
+    let gate = Gate::new(THREADS + 1);
+    let running = AtomicUsize::new(THREADS);
+    let sums = || -> [u64; BUCKETS] {
+        let mut sums = [0; BUCKETS];
+        for (_, buckets) in &table {
+            for (sum, b) in sums.iter_mut().zip(buckets) {
+                *sum += b.load(Relaxed);
+            }
+        }
+        sums
+    };
+    let scans = thread::scope(|s| {
+        for t in 0..THREADS {
+            let (group, table, gate, running) = (&group, &table, &gate, &running);
+            s.spawn(move || {
+                let mut own = (t % 2 == 0).then(|| group.register());
+                for p in 0..3 {
+                    for i in 0..phase {
+                        let guard = match own.as_mut() {
+                            Some(reg) => reg.enter(),
+                            None => group.enter(),
+                        };
+                        let bucket = &table.get(&guard)[i as usize % BUCKETS];
+                        bucket.store(bucket.load(Relaxed) + 1, Relaxed);
+                    }
+                    if p < 2 {
+                        gate.wait();
+                    }
+                }
+                running.fetch_sub(1, Relaxed);
+            });
+        }
+        gate.wait(); // the first phase is done everywhere
+        let between = sums();
+        for (b, &n) in between.iter().enumerate() {
+            assert!(n >= per_bucket(1) && n <= per_bucket(2), "bucket {b}: {n} between phases 1 and 2");
+        }
+        gate.wait(); // the second phase is done everywhere; the third runs while we scan
+        let (mut last, mut scans) = (sums(), 0);
+        while running.load(Relaxed) > 0 {
+            let now = sums();
+            for b in 0..BUCKETS {
+                assert!(now[b] >= last[b], "bucket {b} went down: {} then {}", last[b], now[b]);
+                assert!(now[b] <= per_bucket(3), "bucket {b}: {} is more than was recorded", now[b]);
+            }
+            (last, scans) = (now, scans + 1);
+        }
+        scans
+    });
+    assert_eq!(sums(), [per_bucket(3); BUCKETS], "a record was lost (I1/I8), {scans} scans during the last phase");
+    assert!(table.shards_allocated() <= THREADS + 4, "I2 hard bound: {} shards", table.shards_allocated());
 }

@@ -382,9 +382,31 @@ pub fn print_verdicts(indent: &str, labels: &[String], cis: &[Option<MedianCi>],
 // ---------------------------------------------------------------------------------------------------------------
 // Tables (at most 120 columns for six policies)
 
-/// Width of the row-label column: the longest label or heading plus two spaces.
-fn label_width(heading: &str, labels: &[String]) -> usize {
-    labels.iter().map(String::len).chain([heading.len()]).max().unwrap_or(0) + 2
+/// Prints `rows` as a table after `indent`: the first column left-aligned, the others right-aligned, every column
+/// as wide as its widest cell and separated from the next by two spaces, so no cell runs into its neighbour.
+pub fn print_columns(indent: &str, rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = Vec::new();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            let w = cell.chars().count();
+            match widths.get_mut(i) {
+                Some(width) => *width = (*width).max(w),
+                None => widths.push(w),
+            }
+        }
+    }
+    for row in rows {
+        let mut line = String::from(indent);
+        for (i, cell) in row.iter().enumerate() {
+            let w = widths[i];
+            if i == 0 {
+                line.push_str(&format!("{cell:<w$}"));
+            } else {
+                line.push_str(&format!("  {cell:>w$}"));
+            }
+        }
+        outln!("{}", line.trim_end());
+    }
 }
 
 /// Prints `title`, then one row per label with each policy's median (`decimals` decimals) and its % versus the
@@ -397,22 +419,17 @@ pub fn print_median_table(
     medians: &[Vec<f64>],
     decimals: usize,
 ) {
-    let lw = label_width(heading, labels);
     outln!("{title}");
-    out!("{heading:<lw$}");
-    for p in policies {
-        out!("{p:>17}");
-    }
-    outln!();
+    let mut rows = vec![std::iter::once(heading).chain(policies.iter().copied()).map(String::from).collect()];
     for (label, row) in labels.iter().zip(medians) {
-        out!("{label:<lw$}");
-        for &m in row {
+        let cells = row.iter().map(|&m| {
             // A zero baseline (e.g. no involuntary switch at all in `none`'s runs) has no percentage.
             let vs = if row[0] > 0.0 { format!("{:+.2}%", pct(m, row[0])) } else { "n/a".into() };
-            out!("{:>17}", format!("{m:.decimals$} ({vs})"));
-        }
-        outln!();
+            format!("{m:.decimals$} ({vs})")
+        });
+        rows.push(std::iter::once(label.clone()).chain(cells).collect());
     }
+    print_columns("", &rows);
 }
 
 /// `+1.4 [-0.5,+3.2]`: a median and its interval, in percent, one decimal.
@@ -453,21 +470,17 @@ fn print_versus_baseline(
     rows: &[(Vec<String>, String)],
     last: &str,
 ) {
-    let lw = label_width(heading, labels);
-    let column = |text: &str| if last.is_empty() { String::new() } else { format!("{text:>7}") };
     outln!("{title}");
-    out!("{heading:<lw$}");
-    for p in &policies[1..] {
-        out!("{p:>20}");
+    let tail = |text: &str| (!last.is_empty()).then(|| text.to_string());
+    let mut table = vec![std::iter::once(heading)
+        .chain(policies[1..].iter().copied())
+        .map(String::from)
+        .chain(tail(last))
+        .collect::<Vec<_>>()];
+    for (label, (cells, end)) in labels.iter().zip(rows) {
+        table.push(std::iter::once(label.clone()).chain(cells.iter().cloned()).chain(tail(end)).collect());
     }
-    outln!("{}", column(last));
-    for (label, (cells, tail)) in labels.iter().zip(rows) {
-        out!("{label:<lw$}");
-        for cell in cells {
-            out!(" {cell:>19}"); // at least one space between cells
-        }
-        outln!("{}", column(tail));
-    }
+    print_columns("", &table);
 }
 
 /// Run-to-run spread (max - min) of `v` in percent of its median.

@@ -13,8 +13,10 @@ use crate::state::*;
 use crate::sync::{Arc, Ordering::*};
 use crate::{sys, Error, Group};
 
-/// A thread's membership in a [`Group`] (≈ a task of the address space). Dropping it releases everything it
-/// owns (≈ exit), and may switch the group back to per-task mode before the drop returns.
+/// A thread's membership in a [`Group`], from which it enters guards.
+///
+/// Dropping it releases everything it owns, and may switch the group back to per-task mode before the drop
+/// returns.
 ///
 /// `Send`: a registration may move to another thread between guards.
 ///
