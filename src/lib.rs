@@ -159,6 +159,7 @@ mod guard;
 mod local;
 mod mutants;
 mod percid;
+mod pool;
 mod registration;
 #[cfg(not(loom))]
 mod runtime;
@@ -180,6 +181,7 @@ pub use guard::{Cid, CidGuard, CidKind};
 #[cfg(loom)]
 pub use mutants::Mutant;
 pub use percid::{IterVisited, PerCid};
+pub use pool::{Pool, PoolBuilder, PoolStats, Pooled};
 pub use registration::Registration;
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};

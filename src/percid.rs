@@ -599,6 +599,12 @@ impl<T: Send + Sync> SharedPerCid<T> {
         RawIter::new(&self.0).map(|(_, shard)| unsafe { &**shard.as_ptr() })
     }
 
+    /// Every allocated shard with its CID, in CID order, concurrently with guards using theirs.
+    pub(crate) fn iter_cids(&self) -> impl Iterator<Item = (usize, &T)> + '_ {
+        // SAFETY: as in `get_cid`: shared references only, `T: Sync`, shards live as long as `self`.
+        RawIter::new(&self.0).map(|(cid, shard)| (cid, unsafe { &**shard.as_ptr() }))
+    }
+
     /// Every allocated shard, exclusively.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
         self.0.iter_visited().map(|(_, shard)| shard)
