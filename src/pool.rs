@@ -771,7 +771,8 @@ impl<T: Send + 'static> PoolBuilder<T> {
 
     /// The most full magazines the depot keeps (and the most empty ones): 0 to 1 048 576, default twice the
     /// group's cores, at least 8. With the CIDs' own two magazines this bounds the objects cached to
-    /// `(2 · CIDs owned + depot_limit) · magazine_size`.
+    /// `(2 · slots + depot_limit) · magazine_size`, and right after a [`Pool::trim`] at quiescence to
+    /// `(2 · CIDs still owned + depot_limit) · magazine_size`.
     pub fn depot_limit(mut self, magazines: usize) -> Self {
         self.depot_limit = Some(magazines);
         self
@@ -897,4 +898,63 @@ impl<T: Send + 'static + fmt::Debug> fmt::Debug for Pooled<'_, T> {
 #[track_caller]
 fn foreign(e: Error) -> ! {
     panic!("{e}: a Pool can only be used with guards of the group it was made for")
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn one_cid_pool(magazine: usize, depot: usize) -> (Pool<u64>, crate::Registration) {
+        let group = Group::builder().virtual_cpus(2).build().unwrap();
+        let pool = Pool::builder(&group, || 7).magazine_size(magazine).depot_limit(depot).build().unwrap();
+        let reg = group.register();
+        (pool, reg)
+    }
+
+    /// The magazine state machine of docs/pool.md, step by step: a CID fills `loaded`, then `previous` (no depot
+    /// trip), then trades its full `previous` at the depot; takes drain `loaded`, swap in `previous`, then trade
+    /// at the depot; alternating at a magazine boundary stays off the depot.
+    #[test]
+    fn magazines_fill_swap_and_trade_at_the_depot() {
+        let (pool, mut reg) = one_cid_pool(2, 4);
+        let mut g = reg.enter();
+        let objs: Vec<_> = (0..6).map(|_| pool.take(&mut g)).collect();
+        assert_eq!(pool.stats().misses, 6);
+        objs.into_iter().for_each(|o| pool.put(&mut g, o));
+        // 2 in `loaded`, 2 in `previous`, then the full `previous` went to the depot once.
+        let s = pool.stats();
+        assert_eq!((s.cached, s.depot_full, s.depot_objects, s.depot_trips, s.magazines), (6, 1, 2, 1, 3), "{s:?}");
+        let objs: Vec<_> = (0..6).map(|_| pool.take(&mut g)).collect();
+        let s = pool.stats();
+        // Drained `loaded`, swapped in `previous`, traded an empty magazine for the depot's full one.
+        assert_eq!((s.misses, s.depot_full, s.depot_empty, s.depot_trips), (6, 0, 1, 2), "{s:?}");
+        let mut objs = objs.into_iter();
+        pool.put(&mut g, objs.next().unwrap());
+        for _ in 0..100 {
+            let o = pool.take(&mut g);
+            pool.put(&mut g, o);
+        }
+        assert_eq!(pool.stats().depot_trips, 2, "no trip while the two magazines absorb the flow");
+        objs.for_each(|o| pool.put(&mut g, o));
+    }
+
+    /// A depot lock that stays held (another thread preempted inside it, or a lock a forked child inherited held)
+    /// delays nobody: takes miss and puts drop instead, `trim` skips the depot, and the pool still drops cleanly.
+    #[test]
+    fn a_held_depot_lock_blocks_nobody() {
+        let (pool, mut reg) = one_cid_pool(1, 4);
+        let mut g = reg.enter();
+        let objs: Vec<_> = (0..3).map(|_| pool.take(&mut g)).collect();
+        let held = pool.depot.lock();
+        objs.into_iter().for_each(|o| pool.put(&mut g, o)); // the third needs the depot: dropped
+        let s = pool.stats();
+        assert_eq!((s.cached, s.dropped, s.depot_busy), (2, 1, 1), "{s:?}");
+        let objs: Vec<_> = (0..3).map(|_| pool.take(&mut g)).collect(); // the third misses
+        assert_eq!(pool.stats().misses, 4);
+        assert_eq!(pool.trim(), 0);
+        drop(g);
+        objs.into_iter().for_each(|o| pool.put(&mut reg.enter(), o));
+        mem::forget(held); // as in a child: the lock is never released
+        drop(pool); // takes no lock
+    }
 }

@@ -19,6 +19,8 @@ use std::sync::Arc;
 static REACHED: AtomicUsize = AtomicUsize::new(0);
 /// Executions of 16b where the consumer took an object the producer wrote (through the depot).
 static DEPOT_HANDOVERS: AtomicUsize = AtomicUsize::new(0);
+/// Executions of 16c where the consumer got the producer's object through a reclaim.
+static REACHED_C: AtomicUsize = AtomicUsize::new(0);
 
 /// A pooled object: a payload written by whoever holds it, and a flag that must be clear when it is handed out.
 struct Obj {
@@ -125,7 +127,7 @@ fn pool_reclaim_vs_holder_mutant_relaxed_claim() {
 /// consumer (CID 1) takes one object at the same time: from the depot if the producer's magazine is there (and it
 /// must then see what the producer wrote), else from the factory; it writes it and puts it back. Depot limit 1:
 /// the consumer's put may meet a full depot and drop. Checks: no object out twice at once, the payload hand-over
-/// through the depot (its mutex), nothing lost (`created == dropped + cached`).
+/// through the depot (its mutex), nothing lost (`created == dropped + cached`), the depot within its limit.
 fn depot_exchange(name: &'static str, mutant: Mutant) {
     model(name, move || {
         let pool = pool(mutant, 1, 1);
@@ -173,6 +175,73 @@ fn depot_exchange(name: &'static str, mutant: Mutant) {
 
 #[test]
 fn pool_depot_exchange() {
+    DEPOT_HANDOVERS.store(0, std::sync::atomic::Ordering::Relaxed);
     depot_exchange("pool_depot_exchange", Mutant::None);
     assert!(DEPOT_HANDOVERS.load(std::sync::atomic::Ordering::Relaxed) > 0, "the consumer never got the producer's");
+}
+
+/// 16c: an object moved between CIDs by a reclaim. The producer (CID 0) takes an object, writes it, puts it back
+/// and drops its registration; a trim meanwhile may reclaim CID 0's magazine into the depot; the consumer (CID 1)
+/// takes an object: the producer's, through the depot, if the trim got there first (it must then see the payload:
+/// the producer's Release clear, the claim's Acquire, the depot's lock), else a new one. Checks as in 16b.
+fn reclaim_to_another_cid(name: &'static str, mutant: Mutant) {
+    model(name, move || {
+        let pool = pool(mutant, 1, 1);
+        let (r0, r1) = (Reg::new(pool.group(), 0), Reg::new(pool.group(), 1));
+        let producer = {
+            let pool = pool.clone();
+            thread::spawn(move || {
+                let mut r0 = r0;
+                let mut guard = r0.enter();
+                let o = pool.take(&mut guard);
+                use_obj(&o, 10);
+                pool.put(&mut guard, o);
+                drop(guard);
+                drop(r0);
+            })
+        };
+        let trimmer = {
+            let pool = pool.clone();
+            thread::spawn(move || {
+                pool.trim();
+            })
+        };
+        let mut r1 = r1;
+        {
+            let mut guard = r1.enter();
+            let o = pool.take(&mut guard);
+            let seen = use_obj(&o, 20);
+            assert!(matches!(seen, 0 | 10), "payload {seen}: neither new nor the producer's");
+            if mutant == Mutant::None && seen == 10 {
+                REACHED_C.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            pool.put(&mut guard, o);
+        }
+        producer.join().unwrap();
+        trimmer.join().unwrap();
+        balanced(&pool);
+        drop(r1);
+    });
+}
+
+/// 16c: the real code.
+#[test]
+fn pool_reclaim_to_another_cid() {
+    REACHED_C.store(0, std::sync::atomic::Ordering::Relaxed);
+    reclaim_to_another_cid("pool_reclaim_to_another_cid", Mutant::None);
+    assert!(REACHED_C.load(std::sync::atomic::Ordering::Relaxed) > 0, "no object went through a reclaim");
+}
+
+/// 16c with the reclaim checking the bit instead of claiming the CID.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn pool_reclaim_to_another_cid_mutant_unclaimed() {
+    reclaim_to_another_cid("pool_reclaim_to_another_cid_mutant_unclaimed", Mutant::PoolReclaimUnclaimed);
+}
+
+/// 16c with a Relaxed claim.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn pool_reclaim_to_another_cid_mutant_relaxed_claim() {
+    reclaim_to_another_cid("pool_reclaim_to_another_cid_mutant_relaxed_claim", Mutant::RelaxedPoolClaim);
 }
