@@ -4,8 +4,8 @@
 //! [`CidGuard`] carries a concurrency ID ([`Cid`]) that no other live guard of the group holds, kept below
 //! about `min(cores the group may use, threads in the group)` in steady state ([`Group::max_cids`]: up to 25 %
 //! more before the group switches to per-core ownership, and temporary CIDs aside), so per-CPU style sharded data
-//! ([`PerCid`], [`ShardedCounter`]) can be indexed by it, sized by real concurrency, and touched without atomic
-//! read-modify-writes.
+//! ([`PerCid`], [`ShardedCounter`], the object cache [`Pool`]) can be indexed by it, sized by real concurrency, and
+//! touched without atomic read-modify-writes.
 //!
 //! ```
 //! use mmcid::Group;
