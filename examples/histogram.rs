@@ -12,8 +12,7 @@
 //! guard), not the threads. Between two records a thread does some work of its own outside the guard, as a
 //! program that times requests would.
 
-#[path = "common/mod.rs"]
-mod common;
+use mmcid_harness as common;
 
 use common::cli::{self, Args, Flag};
 use common::{errln, outln};

@@ -307,6 +307,22 @@ impl Bitmap {
         self.get()
     }
 
+    /// Takes CID `cid` itself if it has no owner: a pool's reclaim (src/pool.rs) holds an idle CID this way, as a
+    /// temporary guard would, while it empties that CID's magazines, then gives it back with [`Bitmap::clear`].
+    /// `false` if the bit is set (some owner holds it) or was set first by another thread. `relaxed`: loom's
+    /// `RelaxedPoolClaim` mutant (always false in normal builds).
+    pub(crate) fn try_claim(&self, cid: u32, relaxed: bool) -> bool {
+        let p = self.place(cid as usize);
+        let Some(word) = self.word(p) else { return false };
+        // Relaxed: a hint that keeps a CID in use from having its line written; the fetch_or decides.
+        if word.load(Ordering::Relaxed) & (1 << p.bit) != 0 {
+            return false;
+        }
+        // Acquire: pairs with the Release clear of the CID's previous holder (I8): its magazine writes are visible.
+        let order = if relaxed { Ordering::Relaxed } else { self.set_order() };
+        word.fetch_or(1 << p.bit, order) & (1 << p.bit) == 0
+    }
+
     /// Returns CID `cid` to the pool.
     pub(crate) fn clear(&self, cid: u32) {
         let p = self.place(cid as usize);

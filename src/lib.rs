@@ -13,7 +13,7 @@
 //!   get `&T` (atomics, updated with a load and a store), readers iterate every shard at any time.
 //! * [`PerCid`]: per-CID data of any type (a `Vec`, a record, a buffer) through `&mut T`; read it all with
 //!   `&mut` (`iter_mut`, `into_iter`) once the threads are done.
-//! * `Pool`: a per-CID cache of reusable objects (take one, give it back), for allocation-heavy code.
+//! * [`Pool`]: a per-CID cache of reusable objects (take one, give it back), for allocation-heavy code.
 //! * [`Registration`] or [`Group::enter`]: a thread that enters often keeps a `Registration` and calls
 //!   [`Registration::enter`] (the fastest path); code that does not manage its threads calls `Group::enter`,
 //!   which registers the thread on first use and unregisters it when the thread exits.
@@ -227,6 +227,7 @@ mod inner;
 mod local;
 mod mutants;
 mod percid;
+mod pool;
 mod registration;
 mod rseq;
 #[cfg(not(loom))]
@@ -251,6 +252,7 @@ pub use mutants::Mutant;
 #[allow(deprecated)]
 pub use percid::IterVisited;
 pub use percid::{PerCid, PerCidIntoIter, PerCidIter, PerCidIterMut, SharedPerCid};
+pub use pool::{Pool, PoolBuilder, PoolStats, Pooled};
 pub use registration::Registration;
 #[cfg(not(loom))]
 pub use runtime::{current, Context, JoinHandle, Runtime, RuntimeBuilder, Scope, ScopedJoinHandle, ThreadView};

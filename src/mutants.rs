@@ -77,6 +77,12 @@ pub enum Mutant {
     /// A claim's or a drain's RSEQ membarrier that failed is taken as issued: the claimer takes anyway instead of
     /// giving its claims back (design.md §12; loom model 13).
     IgnoreFailedClaimBarrier,
+    /// `Pool`: a reclaim empties the magazines of a CID whose bitmap bit it finds clear without claiming the CID
+    /// (a check-then-act: a guard may take the CID meanwhile, or its last holder's writes may not be visible).
+    PoolReclaimUnclaimed,
+    /// `Pool`: a reclaim claims the idle CID with a Relaxed `fetch_or` (its previous holder's magazine writes
+    /// need not be visible).
+    RelaxedPoolClaim,
 }
 
 /// The mutant a group runs: the builder's choice under loom (`GroupBuilder::mutant`), nothing elsewhere.

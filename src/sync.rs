@@ -7,6 +7,7 @@
 
 #[cfg(loom)]
 mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::hint::spin_loop;
     pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::Arc;
@@ -47,6 +48,11 @@ mod imp {
                 Err(std::sync::TryLockError::WouldBlock) => None,
             }
         }
+
+        /// The value, through `&mut self`: no lock taken.
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+        }
     }
 }
 
@@ -80,6 +86,28 @@ mod imp {
                 Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
                 Err(std::sync::TryLockError::WouldBlock) => None,
             }
+        }
+
+        /// The value, through `&mut self`: no lock taken (so it works on a lock a forked child inherited held).
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+
+    /// `std::cell::UnsafeCell` with loom's access API (`with_mut`), so loom checks the accesses of the code that
+    /// uses it (the pool's magazines) for data races.
+    #[derive(Debug, Default)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            UnsafeCell(std::cell::UnsafeCell::new(value))
+        }
+
+        /// Calls `f` with a pointer to the value; the caller guarantees exclusive access meanwhile.
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
         }
     }
     pub(crate) use std::sync::atomic::{compiler_fence, fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
