@@ -31,10 +31,11 @@
 
 use mmcid_harness as common;
 
+use common::chart::{self, Chart, Panel, Series, Style};
 use common::cli::{self, Args, Flag};
 use common::{
     errln, json_list, json_median_vs, json_num, json_paired, json_str, medians, outln, overall, paired_ci,
-    print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, JsonFile, MedianCi, Progress,
+    print_median_table, print_paired_table, print_verdicts, spread_pct, time_cost_pct, MedianCi, OutFile, Progress,
     Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
 use crossbeam_utils::CachePadded;
@@ -58,7 +59,7 @@ usage: hackbench [options]
   -l, --loops N          messages each sender writes to each receiver (default 100; compare default 800)
   -s, --datasize N       message size in bytes (default 100; at most 1048576 = 1 MiB)
   -p, --pipe             pipes instead of socket pairs
-  -T, --threads          threads mode (the only mode; accepted for compatibility)
+  -T, --thread-mode      threads mode (the only mode; hackbench's -T, accepted for compatibility)
       --policy P         none | mutex | bitmap | lazy-all | lazy-visited | mmcid  (single run)
       --compare          run every policy of --policies for each group count of --groups-list (default when
                          no --policy)
@@ -73,6 +74,8 @@ usage: hackbench [options]
                          (a CID only while running, as in the kernel)
       --json FILE        write the results as JSON (checked before the run; written at the end into a
                          temporary beside FILE, then renamed: a failed run leaves an earlier FILE as it was)
+      --svg FILE         with --compare: draw each policy's paired cost versus none with its CI, per group
+                         count, wall and CPU time (an SVG chart; written like --json)
   -h, --help             this text
 
 A run starts 2 × fds × groups threads: at most 8192 (the largest group count of --groups-list counts). It
@@ -162,6 +165,7 @@ struct Config {
     policies: Vec<usize>,
     repeats: usize,
     json: Option<String>,
+    svg: Option<String>,
     /// The guard spans the message's read/write system call (true), or only the per-CID update (false).
     guard_io: bool,
 }
@@ -173,7 +177,7 @@ const FLAGS: &[Flag] = &[
     Flag::value("--loops", Some("-l")),
     Flag::value("--datasize", Some("-s")),
     Flag::switch("--pipe", Some("-p")),
-    Flag::switch("--threads", Some("-T")),
+    Flag::switch("--thread-mode", Some("-T")),
     Flag::value("--policy", None),
     Flag::switch("--compare", None),
     Flag::value("--policies", None),
@@ -182,6 +186,7 @@ const FLAGS: &[Flag] = &[
     Flag::switch("--pin", None),
     Flag::value("--guard", None),
     Flag::value("--json", None),
+    Flag::value("--svg", None),
 ];
 
 /// The configuration the command line asks for. `fd_limit` is the soft limit on open files
@@ -203,8 +208,9 @@ fn config(args: &Args, fd_limit: u64) -> Result<Config, String> {
             .collect::<Option<Vec<usize>>>()
             .ok_or_else(|| "expected comma-separated positive integers".to_string())
     })?;
-    let json = args.value("--json").map(str::to_string);
+    let (json, svg) = (args.value("--json").map(str::to_string), args.value("--svg").map(str::to_string));
     let (compare, policies) = common::compare_mode(compare, policy, policies)?;
+    args.only("--svg", compare, "to --compare (a single --policy run has nothing to compare)")?;
     if !compare && groups_list.is_some() {
         return Err("--groups-list needs --compare".into());
     }
@@ -257,7 +263,7 @@ fn config(args: &Args, fd_limit: u64) -> Result<Config, String> {
             policies.len()
         ));
     }
-    Ok(Config { groups, fds, loops, size, pipe, pin, policy, compare, policies, repeats, json, guard_io })
+    Ok(Config { groups, fds, loops, size, pipe, pin, policy, compare, policies, repeats, json, svg, guard_io })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -746,7 +752,8 @@ fn run_one(policy: usize, run: &Run) -> Result<((Duration, Usage), Option<mmcid:
 fn main() {
     let cfg = cli::parse_or_exit("hackbench", USAGE, FLAGS, |args| config(args, descriptor_limit()));
     // Checked before the run, so that an unwritable path is reported at once; written at the end.
-    let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
+    let json = cfg.json.as_deref().map(|path| OutFile::create("--json", path).unwrap_or_else(|e| fail(e)));
+    let svg = cfg.svg.as_deref().map(|path| OutFile::create("--svg", path).unwrap_or_else(|e| fail(e)));
     let cpus: Vec<usize> = if cfg.pin {
         match CpuSet::current() {
             Ok(set) => set.iter().collect(),
@@ -764,6 +771,9 @@ fn main() {
     report(&cfg, &samples, &wall, &cpu);
     if let Some(file) = json {
         file.write(&json_body(&cfg, &samples, &wall, &cpu)).unwrap_or_else(|e| fail(e));
+    }
+    if let Some(file) = svg {
+        chart_of(&cfg, &wall, &cpu, chart::footer()).write(file).unwrap_or_else(|e| fail(e));
     }
 }
 
@@ -789,7 +799,7 @@ fn guard_name(cfg: &Config) -> &'static str {
 }
 
 /// One run of one policy (no --compare), printed like hackbench.
-fn single(cfg: &Config, cpus: &[usize], json: Option<JsonFile>) {
+fn single(cfg: &Config, cpus: &[usize], json: Option<OutFile>) {
     let (channel, scope) = (channel_name(cfg), guard_name(cfg));
     let policy = cfg.policy.unwrap_or(0);
     let g = cfg.groups[0];
@@ -1008,6 +1018,44 @@ fn user_ns_per_guard(cfg: &Config, samples: &Samples, gi: usize, p: usize) -> Op
     let (mean, se) = common::paired_mean_se(&samples.user[gi][0], &samples.user[gi][p])?;
     let per = 1e9 / guards as f64;
     Some((mean * per, se * per))
+}
+
+/// The --compare results as a chart: per group count, each policy's paired cost versus `none` (the median, a bar)
+/// with its confidence interval (an error bar), on wall time and on CPU time.
+fn chart_of(cfg: &Config, wall: &Summary, cpu: &Summary, footer: String) -> Chart {
+    let names = common::policy_names(&cfg.policies);
+    let panel = |metric: &str, s: &Summary| Panel {
+        title: format!("{metric}: cost versus none, median of the paired runs with its {:.0}% CI", CI_LEVEL * 100.0),
+        x_label: "groups".into(),
+        y_label: "% versus none (positive = slower)".into(),
+        categories: cfg.groups.iter().map(|g| g.to_string()).collect(),
+        series: (1..names.len())
+            .map(|p| Series {
+                name: names[p].to_string(),
+                values: s
+                    .paired
+                    .iter()
+                    .map(|row| row[p].map(|ci| chart::Value { value: ci.median, interval: Some((ci.lo, ci.hi)) }))
+                    .collect(),
+            })
+            .collect(),
+        style: Style::Bars,
+        log_y: false,
+    };
+    Chart {
+        title: format!(
+            "hackbench, threads, {}, -f {} -l {} -s {}, guard around {}{}: {} repeats",
+            channel_name(cfg),
+            cfg.fds,
+            cfg.loops,
+            cfg.size,
+            guard_name(cfg),
+            if cfg.pin { ", pinned" } else { "" },
+            cfg.repeats
+        ),
+        panels: vec![panel("wall time", wall), panel("process CPU time", cpu)],
+        footer,
+    }
 }
 
 /// The --compare results as JSON: every run, the medians, and the paired costs with their intervals. Every float
@@ -1293,6 +1341,9 @@ mod tests {
     fn the_command_line_rejects_what_it_would_ignore() {
         let e = parse(&["--policy", "mmcid", "--repeats", "3"]).unwrap_err();
         assert!(e.starts_with("--repeats applies only to --compare"), "{e}");
+        let e = parse(&["--policy", "mmcid", "--svg", "x.svg"]).unwrap_err();
+        assert!(e.starts_with("--svg applies only to --compare"), "{e}");
+        assert_eq!(parse(&["--svg", "x.svg", "-T"]).unwrap().unwrap().svg.as_deref(), Some("x.svg"));
         assert_eq!(parse(&["--repeats=3", "-g=2"]).unwrap_err(), r#"unknown argument "-g=2""#);
         assert_eq!(parse(&["--repeats=3", "--groups=2"]).unwrap().unwrap().repeats, 3);
         assert!(parse(&["-g", "2", "--help"]).unwrap().is_none());
@@ -1335,6 +1386,17 @@ mod tests {
         assert!(body.contains("\"policy\":\"bitmap\"") && !body.contains("\"policy\":\"mutex\""), "{body}");
         assert!(body.contains("\"goal_wall\":\"met\""), "{body}");
         assert!(body.contains("\"voluntary_switches\":[1,1,1,1,1,1,1]"), "{body}");
+        // The chart: a bar per policy but none (the baseline), per group count, written through --svg's file.
+        let path = std::env::temp_dir().join(format!("mmcid-hackbench-chart-{}.svg", std::process::id()));
+        let path = path.to_str().unwrap();
+        let file = OutFile::create("--svg", path).unwrap();
+        chart_of(&cfg, &w, &c, "footer line".into()).write(file).unwrap();
+        let svg = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        for text in ["bitmap", "mmcid", "groups", "footer line", "wall time: cost versus none"] {
+            assert!(svg.contains(text), "no {text:?} in the chart");
+        }
+        assert!(!svg.contains("none\n</text>"), "none is the baseline, not a series");
     }
 
     /// Context switches come from `getrusage`: sleeping blocks the thread, which the kernel counts as a voluntary

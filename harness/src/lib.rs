@@ -44,6 +44,7 @@ macro_rules! err {
 }
 
 pub mod bench;
+pub mod chart;
 pub mod cli;
 mod median;
 pub mod peers;
@@ -510,23 +511,23 @@ pub fn json_median_vs(prefix: &str, median_key: &str, m: f64, base: f64, decimal
     format!("\"{prefix}{median_key}\":{},\"{prefix}vs_none_pct\":{}", json_num(m, decimals), json_num(pct(m, base), 3))
 }
 
-/// The `--json` output file. Checked before the run (it can be written, and it is not a directory), written only at
-/// the end. A regular file (or a new one) is written into `FILE.<pid>.tmp`, made fresh (never through an existing
+/// An output file of a run (`--json FILE`, `--svg FILE`). Checked before the run (it can be written, and it is not a
+/// directory), written only at the end. A regular file (or a new one) is written into `FILE.<pid>.tmp`, made fresh (never through an existing
 /// file or link of that name), which is then renamed over `FILE`, so a run that fails or is killed leaves an earlier
 /// `FILE` as it was; anything else that exists (`/dev/stdout`, a pipe) is written in place.
 #[derive(Debug)]
-pub struct JsonFile {
+pub struct OutFile {
     path: std::path::PathBuf,
     /// `None`: write `path` in place.
     tmp: Option<std::path::PathBuf>,
 }
 
-impl JsonFile {
+impl OutFile {
     /// Checks that `path` can be written (by making and removing its temporary, or opening it for writing if it
-    /// is not a regular file); the error names the path.
-    pub fn create(path: &str) -> Result<JsonFile, String> {
+    /// is not a regular file); the error names the path (and `flag`, the option that gave it, for an empty one).
+    pub fn create(flag: &str, path: &str) -> Result<OutFile, String> {
         if path.is_empty() {
-            return Err("--json: an empty file name".into());
+            return Err(format!("{flag}: an empty file name"));
         }
         let target = std::path::Path::new(path);
         match std::fs::metadata(target) {
@@ -536,7 +537,7 @@ impl JsonFile {
                     .write(true)
                     .open(target)
                     .map_err(|e| format!("cannot write {path}: {e}"))?;
-                return Ok(JsonFile { path: path.into(), tmp: None });
+                return Ok(OutFile { path: path.into(), tmp: None });
             }
             _ => {}
         }
@@ -547,7 +548,7 @@ impl JsonFile {
             .open(&tmp)
             .and_then(|_| std::fs::remove_file(&tmp))
             .map_err(|e| format!("cannot write {path} (tried {}): {e}", tmp.display()))?;
-        Ok(JsonFile { path: path.into(), tmp: Some(tmp) })
+        Ok(OutFile { path: path.into(), tmp: Some(tmp) })
     }
 
     /// Writes `body` as the whole file (see the type). On an error the temporary is removed and `FILE` is left as
@@ -1024,27 +1025,27 @@ mod tests {
         let tmp = dir.join(format!("out.json.{}.tmp", std::process::id()));
         let path = path.to_str().unwrap();
         std::fs::write(path, "earlier\n").unwrap();
-        let file = JsonFile::create(path).unwrap();
+        let file = OutFile::create("--json", path).unwrap();
         assert_eq!(std::fs::read_to_string(path).unwrap(), "earlier\n", "checking does not touch the file");
         assert!(!tmp.exists(), "the probe is removed");
         drop(file); // a run that failed: nothing written
         assert_eq!(std::fs::read_to_string(path).unwrap(), "earlier\n");
-        JsonFile::create(path).unwrap().write("{\"a\":1}\n").unwrap();
+        OutFile::create("--json", path).unwrap().write("{\"a\":1}\n").unwrap();
         assert_eq!(std::fs::read_to_string(path).unwrap(), "{\"a\":1}\n");
         assert!(!tmp.exists(), "renamed, not copied");
         let missing = dir.join("no-such-dir").join("out.json");
-        let e = JsonFile::create(missing.to_str().unwrap()).unwrap_err();
+        let e = OutFile::create("--json", missing.to_str().unwrap()).unwrap_err();
         assert!(e.starts_with("cannot write ") && e.contains("no-such-dir"), "{e}");
-        let e = JsonFile::create(dir.to_str().unwrap()).unwrap_err();
+        let e = OutFile::create("--json", dir.to_str().unwrap()).unwrap_err();
         assert!(e.contains("is a directory"), "{e}");
-        assert!(JsonFile::create("").is_err());
+        assert_eq!(OutFile::create("--svg", "").unwrap_err(), "--svg: an empty file name");
         // A write that fails (the target became a directory) leaves no temporary behind.
-        let file = JsonFile::create(path).unwrap();
+        let file = OutFile::create("--json", path).unwrap();
         std::fs::remove_file(path).unwrap();
         std::fs::create_dir(path).unwrap();
         assert!(file.write("x").is_err());
         assert!(!tmp.exists(), "the temporary is removed after a failed rename");
-        JsonFile::create("/dev/null").unwrap().write("{}").unwrap();
+        OutFile::create("--json", "/dev/null").unwrap().write("{}").unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
