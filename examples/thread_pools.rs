@@ -30,10 +30,11 @@
 
 use mmcid_harness as common;
 
+use common::chart::{self, Chart, Panel, Series, Style};
 use common::cli::{self, Args, Flag};
 use common::{
     errln, json_list, json_median_vs, json_num, json_paired, json_str, median, medians, outln, paired_ci,
-    print_median_table, print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, JsonFile, MedianCi,
+    print_median_table, print_paired_table, print_verdicts, spread_pct, throughput_cost_pct, MedianCi, OutFile,
     Progress, Verdict, CI_LEVEL, MAX_THREADS, POLICIES,
 };
 use mmcid::{Group, Mode};
@@ -61,6 +62,8 @@ usage: thread_pools [options]
                          error with --policy
       --json FILE        write the results as JSON (checked before the run; written at the end into a
                          temporary beside FILE, then renamed: a failed run leaves an earlier FILE as it was)
+      --svg FILE         with --compare: draw each policy's paired cost versus none with its CI, and its
+                         median threads/s, per configuration (an SVG chart; written like --json)
   -h, --help             this text
 
 pools x (threads + 1) is at most 8192 threads at once (each pool thread and its short-lived threads).
@@ -129,6 +132,7 @@ struct Config {
     policies: Vec<usize>,
     repeats: usize,
     json: Option<String>,
+    svg: Option<String>,
 }
 
 /// Every flag of the command line (`USAGE` explains them).
@@ -142,23 +146,20 @@ const FLAGS: &[Flag] = &[
     Flag::value("--virtual-cpus", None),
     Flag::value("--repeats", None),
     Flag::value("--json", None),
+    Flag::value("--svg", None),
 ];
 
 /// The configuration the command line asks for.
 fn config(args: &Args) -> Result<Config, String> {
     let (pools, threads, vcpus) =
         (args.positive("--pools")?, args.positive("--threads")?, args.positive("--virtual-cpus")?);
-    let seconds = args.get("--seconds", |v| {
-        v.parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-            .ok_or_else(|| "expected a number of seconds in (0, 86400]".to_string())
-    })?;
+    let seconds = args.seconds("--seconds")?;
     let policy = args.value("--policy").map(common::policy_index).transpose().map_err(|e| format!("--policy: {e}"))?;
     let policies = args.value("--policies").map(common::parse_policies).transpose()?;
     let compare = args.has("--compare");
-    let json = args.value("--json").map(str::to_string);
+    let (json, svg) = (args.value("--json").map(str::to_string), args.value("--svg").map(str::to_string));
     let (compare, policies) = common::compare_mode(compare, policy, policies)?;
+    args.only("--svg", compare, "to --compare (a single --policy run has nothing to compare)")?;
     args.only("--repeats", compare, "to --compare (a single --policy run is one run)")?;
     let repeats = args.positive("--repeats")?.unwrap_or(11);
     // Only mmcid and the lazy policies have cores; the others would ignore them.
@@ -191,7 +192,7 @@ fn config(args: &Args) -> Result<Config, String> {
         return Err(format!("--repeats {repeats}: too many runs"));
     }
     let seconds = seconds.unwrap_or(if compare { 0.2 } else { 5.0 });
-    Ok(Config { setups, seconds, policy, policies, repeats, json })
+    Ok(Config { setups, seconds, policy, policies, repeats, json, svg })
 }
 
 /// The fewest registered threads that take a fresh `group` into per-CPU mode, asked of the library: threads are
@@ -478,7 +479,7 @@ fn fail(e: String) -> ! {
 }
 
 /// One run of one policy (no --compare).
-fn single(cfg: &Config, p: usize, cores: usize, json: Option<JsonFile>) {
+fn single(cfg: &Config, p: usize, cores: usize, json: Option<OutFile>) {
     let setup = cfg.setups[0];
     outln!("thread pools {}, policy {}, {:.2} s, {cores} cores", setup.label(), POLICIES[p], cfg.seconds);
     let run = || run_one(p, setup, cfg.seconds);
@@ -534,7 +535,8 @@ fn json_seconds(seconds: f64) -> String {
 fn main() {
     let cfg = cli::parse_or_exit("thread_pools", USAGE, FLAGS, config);
     // Checked before the run, so that an unwritable path is reported at once; written at the end.
-    let json = cfg.json.as_deref().map(|path| JsonFile::create(path).unwrap_or_else(|e| fail(e)));
+    let json = cfg.json.as_deref().map(|path| OutFile::create("--json", path).unwrap_or_else(|e| fail(e)));
+    let svg = cfg.svg.as_deref().map(|path| OutFile::create("--svg", path).unwrap_or_else(|e| fail(e)));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     if let Some(p) = cfg.policy {
@@ -549,6 +551,62 @@ fn main() {
     let verdict = report(&cfg, &results, &thr, &paired);
     if let Some(file) = json {
         file.write(&json_body(&cfg, &results, &thr, &paired, verdict, cores)).unwrap_or_else(|e| fail(e));
+    }
+    if let Some(file) = svg {
+        chart_of(&cfg, &thr, &paired, cores, chart::footer()).write(file).unwrap_or_else(|e| fail(e));
+    }
+}
+
+/// The --compare results as a chart, per configuration: each policy's paired cost versus `none` (the median, a
+/// bar) with its confidence interval (an error bar), and every policy's median threads/s.
+fn chart_of(
+    cfg: &Config,
+    thr: &[Vec<Vec<f64>>],
+    paired: &[Vec<Option<MedianCi>>],
+    cores: usize,
+    footer: String,
+) -> Chart {
+    let names = common::policy_names(&cfg.policies);
+    let categories: Vec<String> = cfg.setups.iter().map(Setup::label).collect();
+    let cost = (1..names.len())
+        .map(|p| Series {
+            name: names[p].to_string(),
+            values: paired
+                .iter()
+                .map(|row| row[p].map(|ci| chart::Value { value: ci.median, interval: Some((ci.lo, ci.hi)) }))
+                .collect(),
+        })
+        .collect();
+    let rate = (0..names.len())
+        .map(|p| Series {
+            name: names[p].to_string(),
+            values: thr.iter().map(|row| Some(chart::Value::plain(median(&row[p])))).collect(),
+        })
+        .collect();
+    let panel = |title: String, y_label: &str, series| Panel {
+        title,
+        x_label: "configuration (pools x threads, virtual cores)".into(),
+        y_label: y_label.into(),
+        categories: categories.clone(),
+        series,
+        style: Style::Bars,
+        log_y: false,
+    };
+    Chart {
+        title: format!(
+            "thread_pools, create/teardown churn: {cores} cores, {} s per run, {} repeats",
+            json_seconds(cfg.seconds),
+            cfg.repeats
+        ),
+        panels: vec![
+            panel(
+                format!("cost versus none, median of the paired runs with its {:.0}% CI", CI_LEVEL * 100.0),
+                "% of none's threads/s (positive = slower)",
+                cost,
+            ),
+            panel("threads created per second, median of the runs".into(), "threads/s (higher is better)", rate),
+        ],
+        footer,
     }
 }
 
@@ -984,6 +1042,27 @@ mod tests {
         let body = json_body(&cfg, &results, &thr, &paired, Verdict::TooFewRepeats, 2);
         assert!(body.contains("\"runs_failures\":[0,3],\"runs_timeouts\":[0,1]"), "{body}");
         assert!(body.contains("\"runs_failures\":[0,0],\"runs_timeouts\":[0,0]"), "{body}");
+    }
+
+    /// The chart: a cost bar per policy but none (the baseline) and a rate bar per policy, per configuration,
+    /// written through --svg's file; --svg is an error with a single --policy run.
+    #[test]
+    fn the_chart_draws_every_policy() {
+        let e = parse(&["--policy", "mmcid", "--svg", "x.svg"]).unwrap_err();
+        assert!(e.starts_with("--svg applies only to --compare"), "{e}");
+        let cfg = parse(&["--policies", "none,bitmap,mmcid", "-p", "3", "-t", "2", "--svg", "x.svg"]).unwrap().unwrap();
+        assert_eq!(cfg.svg.as_deref(), Some("x.svg"));
+        let thr = vec![vec![vec![100.0, 110.0], vec![90.0, 95.0], vec![99.0, 108.0]]];
+        let paired: Vec<Vec<Option<MedianCi>>> =
+            thr.iter().map(|row| row.iter().map(|v| paired_ci(v, &row[0], throughput_cost_pct)).collect()).collect();
+        let path = std::env::temp_dir().join(format!("mmcid-thread-pools-chart-{}.svg", std::process::id()));
+        let path = path.to_str().unwrap();
+        chart_of(&cfg, &thr, &paired, 2, "footer line".into()).write(OutFile::create("--svg", path).unwrap()).unwrap();
+        let svg = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        for text in ["none", "bitmap", "mmcid", "3x2", "footer line", "threads created per second"] {
+            assert!(svg.contains(text), "no {text:?} in the chart");
+        }
     }
 
     /// `switches_to_per_cpu` / `_task` mean one run's switches wherever they appear (a single run's JSON); a

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release --example use_case -- [--compare] [--workloads counter,record,private] [--threads LIST]
-//!                                           [--ms N] [--repeats N] [--private-rounds N] [--json FILE]
+//!                                           [--seconds S] [--repeats N] [--private-rounds N] [--json FILE]
+//!                                           [--svg FILE]
 //! ```
 //!
 //! Workloads:
@@ -16,13 +17,14 @@
 //!   share.
 //!
 //! Thread counts (default): 1, cores, 4 × cores and 16 × cores unpinned, and 1 and cores pinned (one thread per
-//! allowed CPU). Each cell runs its threads for `--ms` milliseconds and reports the workers' CPU time per update
+//! allowed CPU). Each cell runs its threads for `--seconds` seconds and reports the workers' CPU time per update
 //! (the median over `--repeats` interleaved repeats) and the shards or slots the approach used; every total is
 //! checked against the updates made.
 
 use mmcid_harness as common;
 use mmcid_harness::peers;
 
+use common::chart::{self, Chart, Panel, Series, Style};
 use common::cli::{self, Args, Flag};
 use common::{errln, outln};
 use crossbeam_utils::CachePadded;
@@ -452,12 +454,12 @@ struct Cell {
     shards: usize,
 }
 
-/// Runs `threads` workers of approach `a` for `ms` milliseconds; checks the totals.
+/// Runs `threads` workers of approach `a` for `run` (wall time); checks the totals.
 fn run_cell<A: Approach>(
     a: A,
     w: Workload,
     cfg: Config,
-    ms: u64,
+    run: Duration,
     rounds: u32,
     cpus: &[usize],
     stats: bool,
@@ -498,7 +500,7 @@ fn run_cell<A: Approach>(
     while started.load(Relaxed) < cfg.threads {
         std::thread::sleep(Duration::from_micros(100));
     }
-    std::thread::sleep(Duration::from_millis(ms));
+    std::thread::sleep(run);
     stop.store(true, Relaxed);
     let (mut cpu, mut expect) = (0u64, Expect::default());
     for h in handles {
@@ -620,7 +622,7 @@ fn group() -> Group {
 fn lines(w: Workload, rseq: &Result<Rseq, String>) -> Vec<Line> {
     let n = possible_cpus();
     fn line<A: Approach>(name: &'static str, ours: bool, w: Workload, make: impl Fn() -> A + 'static) -> Line {
-        Line { name, ours, run: Box::new(move |cfg, o, cpus| run_cell(make(), w, cfg, o.ms, o.rounds, cpus, o.stats)) }
+        Line { name, ours, run: Box::new(move |cfg, o, cpus| run_cell(make(), w, cfg, o.run, o.rounds, cpus, o.stats)) }
     }
     let mut out = Vec::new();
     match w {
@@ -669,13 +671,15 @@ fn lines(w: Workload, rseq: &Result<Rseq, String>) -> Vec<Line> {
 struct Opts {
     workloads: Vec<Workload>,
     configs: Vec<Config>,
-    ms: u64,
+    /// Each cell's run time, `--seconds`.
+    run: Duration,
     repeats: usize,
     rounds: u32,
     /// `--only SUBSTRING`: run only the approaches whose name contains it (a diagnostic).
     only: Option<String>,
     stats: bool,
-    json: Option<common::JsonFile>,
+    json: Option<common::OutFile>,
+    svg: Option<common::OutFile>,
 }
 
 const USAGE: &str = "\
@@ -688,10 +692,12 @@ usage: use_case [options]
   -t, --threads LIST        comma-separated thread counts, each optionally followed by 'p' for pinned
                             (round-robin over the allowed CPUs), e.g. 1p,2p,1,2,8,32; default: 1 and cores
                             pinned, then 1, cores, 4 x cores and 16 x cores unpinned
-      --ms N                each cell's run time in milliseconds (default 200)
+      --seconds S           each cell's run time in seconds, fractions allowed (default 0.2)
   -r, --repeats N           interleaved repeats; the median is reported (default 3)
       --private-rounds N    the private work per update of the 'private' workload (default 40)
       --json FILE           also write every cell as JSON
+      --svg FILE            also draw each workload's CPU ns per update by approach and thread count (an SVG
+                            chart: the median of the repeats, with their range)
       --stats               print each mmcid cell's path counters (stderr)
       --per-cpu             diagnostic: keep the mmcid groups in per-CPU mode at every thread count
       --no-rseq             diagnostic: mmcid groups borrow with a CAS instead of a restartable sequence
@@ -709,10 +715,11 @@ const FLAGS: &[Flag] = &[
     Flag::switch("--compare", None),
     Flag::value("--workloads", None),
     Flag::value("--threads", Some("-t")),
-    Flag::value("--ms", None),
+    Flag::value("--seconds", None),
     Flag::value("--repeats", Some("-r")),
     Flag::value("--private-rounds", None),
     Flag::value("--json", None),
+    Flag::value("--svg", None),
     Flag::switch("--stats", None),
     Flag::switch("--per-cpu", None),
     Flag::switch("--no-rseq", None),
@@ -767,12 +774,13 @@ fn config(args: &Args, cpus: usize) -> Result<Opts, String> {
     Ok(Opts {
         workloads,
         configs,
-        ms: args.positive_u64("--ms")?.unwrap_or(200),
+        run: Duration::from_secs_f64(args.seconds("--seconds")?.unwrap_or(0.2)),
         repeats: args.positive("--repeats")?.unwrap_or(3),
         rounds,
         only: args.value("--only").map(str::to_string),
         stats: args.has("--stats"),
-        json: args.value("--json").map(common::JsonFile::create).transpose()?,
+        json: args.value("--json").map(|path| common::OutFile::create("--json", path)).transpose()?,
+        svg: args.value("--svg").map(|path| common::OutFile::create("--svg", path)).transpose()?,
     })
 }
 
@@ -791,17 +799,17 @@ fn main() -> ExitCode {
     }
     let group = Group::new();
     outln!(
-        "use_case: {} allowed CPUs, {} possible; mmcid groups {} restartable sequences, {} membarrier; {} ms per cell, \
+        "use_case: {} allowed CPUs, {} possible; mmcid groups {} restartable sequences, {} membarrier; {} s per cell, \
          median of {} repeats; CPU ns per update (shards or slots used)",
         cpus.len(),
         possible_cpus(),
         if group.uses_rseq() { "use" } else { "do not use" },
         if group.uses_membarrier() { "with" } else { "without" },
-        opts.ms,
+        opts.run.as_secs_f64(),
         opts.repeats
     );
     drop(group);
-    let mut json = Vec::new();
+    let (mut json, mut panels) = (Vec::new(), Vec::new());
     let filtered = |w| {
         let mut v = lines(w, &rseq);
         if let Some(only) = &opts.only {
@@ -836,18 +844,31 @@ fn main() -> ExitCode {
         }
         progress.interrupt();
         report(w, &lines, &opts.configs, &results, &mut json);
+        panels.push(panel(w, &lines, &opts.configs, &results));
     }
     progress.finish();
     if let Some(file) = opts.json {
         let body = format!(
-            "{{\"benchmark\":\"use_case\",\"ms\":{},\"repeats\":{},\"private_rounds\":{},\"allowed_cpus\":{},\"results\":[{}]}}\n",
-            opts.ms,
+            "{{\"benchmark\":\"use_case\",\"seconds\":{},\"repeats\":{},\"private_rounds\":{},\"allowed_cpus\":{},\"results\":[{}]}}\n",
+            opts.run.as_secs_f64(),
             opts.repeats,
             opts.rounds,
             cpus.len(),
             json.join(",")
         );
         if let Err(e) = file.write(&body) {
+            errln!("use_case: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(file) = opts.svg {
+        let title = format!(
+            "use_case: CPU ns per update by approach and thread count, {} allowed CPUs, {} s per cell, {} repeats",
+            cpus.len(),
+            opts.run.as_secs_f64(),
+            opts.repeats
+        );
+        if let Err(e) = (Chart { title, panels, footer: chart::footer() }).write(file) {
             errln!("use_case: {e}");
             return ExitCode::FAILURE;
         }
@@ -920,6 +941,37 @@ fn report(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Ce
     common::print_columns("  ", &rows);
 }
 
+/// One workload's chart panel: a bar per approach and thread configuration, the median of its repeats, with
+/// their range (min to max) as the interval; a cell that failed every repeat has no bar. A log axis: the
+/// approaches differ by decades at high thread counts.
+fn panel(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Cell>>]) -> Panel {
+    let series = lines
+        .iter()
+        .zip(results)
+        .map(|(l, row)| Series {
+            name: l.name.to_string(),
+            values: row
+                .iter()
+                .map(|cells| {
+                    let ns: Vec<f64> = cells.iter().map(|c| c.ns).collect();
+                    let lo = ns.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = ns.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    (!ns.is_empty()).then(|| chart::Value { value: common::median(&ns), interval: Some((lo, hi)) })
+                })
+                .collect(),
+        })
+        .collect();
+    Panel {
+        title: format!("{}: median of the repeats, whiskers their range", w.title()),
+        x_label: "threads (pin: one per allowed CPU)".into(),
+        y_label: "CPU ns per update (lower is better)".into(),
+        categories: configs.iter().map(|c| c.label()).collect(),
+        series,
+        style: Style::Bars,
+        log_y: true,
+    }
+}
+
 /// A short label for a ratio row.
 fn short(name: &str) -> &str {
     name.strip_prefix("mmcid ").unwrap_or(name)
@@ -940,24 +992,51 @@ mod tests {
         let o = parse(&[]).unwrap().unwrap();
         let labels: Vec<_> = o.configs.iter().map(|c| c.label()).collect();
         assert_eq!(labels, ["T=1 pin", "T=2 pin", "T=1", "T=2", "T=8", "T=32"]);
-        assert_eq!((o.ms, o.repeats, o.rounds, o.workloads.len()), (200, 3, 40, 3));
-        let o = parse(&["-t", "4p,3", "--workloads=record", "--ms", "10"]).unwrap().unwrap();
+        assert_eq!((o.run, o.repeats, o.rounds, o.workloads.len()), (Duration::from_millis(200), 3, 40, 3));
+        let o = parse(&["-t", "4p,3", "--workloads=record", "--seconds", "0.01"]).unwrap().unwrap();
         let labels: Vec<_> = o.configs.iter().map(|c| c.label()).collect();
         assert_eq!(
-            (labels, o.workloads, o.ms),
-            (vec!["T=4 pin".to_string(), "T=3".into()], vec![Workload::Record], 10)
+            (labels, o.workloads, o.run),
+            (vec!["T=4 pin".to_string(), "T=3".into()], vec![Workload::Record], Duration::from_millis(10))
         );
         assert!(parse(&["--help"]).unwrap().is_none());
         for (words, want) in [
             (&["--threads", "0"][..], r#"--threads: "0" is not a thread count"#),
             (&["-t", "2x"], r#"-t: "2x" is not a thread count"#),
             (&["--workloads", "count"], r#"--workloads: unknown workload "count""#),
-            (&["--ms", "0"], r#"--ms: expected a positive integer, got "0""#),
+            (&["--seconds", "0"], r#"--seconds: expected a number of seconds in (0, 86400], got "0""#),
+            (&["--ms", "10"], r#"unknown argument "--ms""#),
+            (&["--svg", "/nonexistent-dir/x.svg"], "cannot write /nonexistent-dir/x.svg"),
             (&["8"], r#"unexpected argument "8""#),
         ] {
             let e = parse(words).map(|_| ()).unwrap_err();
             assert!(e.starts_with(want), "{words:?}: {e}");
         }
         assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
+    }
+
+    /// A short run of a few approaches at two thread counts draws a panel with every approach and thread count;
+    /// the chart goes through --svg's file.
+    #[test]
+    fn a_short_run_draws_its_chart() {
+        let path = std::env::temp_dir().join(format!("mmcid-use-case-chart-{}.svg", std::process::id()));
+        let path = path.to_str().unwrap();
+        let opts = parse(&["-t", "1,2p", "--seconds", "0.005", "--svg", path]).unwrap().unwrap();
+        let cpus: Vec<usize> = mmcid::CpuSet::current().unwrap().iter().collect();
+        let lines: Vec<Line> = lines(Workload::Record, &Rseq::probe()).into_iter().take(4).collect();
+        let results: Vec<Vec<Vec<Cell>>> = lines
+            .iter()
+            .map(|l| opts.configs.iter().map(|&c| vec![(l.run)(c, &opts, &cpus).unwrap()]).collect())
+            .collect();
+        let p = panel(Workload::Record, &lines, &opts.configs, &results);
+        assert!(p.series.iter().all(|s| s.values.iter().all(|v| v.is_some_and(|v| v.value > 0.0))));
+        let chart = Chart { title: "use_case".into(), panels: vec![p], footer: "footer line".into() };
+        chart.write(opts.svg.unwrap()).unwrap();
+        let svg = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        let escaped = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        for text in lines.iter().map(|l| l.name).chain(["T=1", "T=2 pin", "footer line", Workload::Record.title()]) {
+            assert!(svg.contains(&escaped(text)), "no {text:?} in the chart");
+        }
     }
 }

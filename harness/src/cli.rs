@@ -131,6 +131,16 @@ impl Args {
         self.get(long, |v| v.parse::<u64>().ok().filter(|&n| n >= 1).ok_or("expected a positive integer".into()))
     }
 
+    /// The value of `long` as a number of seconds, fractions allowed: finite, above 0 and at most a day (86400).
+    pub fn seconds(&self, long: &str) -> Result<Option<f64>, String> {
+        self.get(long, |v| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                .ok_or_else(|| "expected a number of seconds in (0, 86400]".to_string())
+        })
+    }
+
     /// An error naming `long` as written if it was given although `applies` is false: the run would ignore it.
     /// `when` says when it applies (`"with --compare"`).
     pub fn only(&self, long: &str, applies: bool, when: &str) -> Result<(), String> {
@@ -283,5 +293,15 @@ mod tests {
         assert_eq!(a.only("--repeats", false, "with --compare"), Err("--repeats applies only with --compare".into()));
         assert_eq!(a.only("--repeats", true, "with --compare"), Ok(()));
         assert_eq!(a.only("--groups", false, "with --compare"), Ok(()), "not given: nothing to ignore");
+        let a = run(&["-g", "0.05", "--repeats", "0"]).unwrap();
+        assert_eq!(a.seconds("--groups"), Ok(Some(0.05)));
+        assert_eq!(
+            a.seconds("--repeats"),
+            Err(r#"--repeats: expected a number of seconds in (0, 86400], got "0""#.into())
+        );
+        for bad in ["-1", "NaN", "inf", "86401", "x"] {
+            assert!(run(&["-g", bad]).unwrap().seconds("--groups").is_err(), "{bad}");
+        }
+        assert_eq!(run(&["-g", "86400"]).unwrap().seconds("--groups"), Ok(Some(86_400.0)));
     }
 }
