@@ -3,7 +3,7 @@
 //! the end the totals are checked against what the threads recorded, exactly.
 //!
 //! ```text
-//! cargo run --release --example histogram -- [--threads N] [--records N]
+//! cargo run --release --example histogram -- [--threads N] [--records N] [--json FILE] [--svg FILE]
 //! ```
 //!
 //! Each recorder is the only writer of its CID's buckets while it holds the guard, so a record is a plain load and
@@ -14,8 +14,9 @@
 
 use mmcid_harness as common;
 
+use common::chart::{self, Chart, Panel, Series, Style};
 use common::cli::{self, Args, Flag};
-use common::{errln, outln};
+use common::{errln, json_num, outln, OutFile};
 use mmcid::{Group, SharedPerCid};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -26,8 +27,10 @@ a live histogram: threads record values into per-CID buckets while the main thre
 
 usage: histogram [options]
 
-      --threads N   recording threads (default 8; at most 8192)
+  -t, --threads N   recording threads (default 8; at most 8192)
       --records N   values each thread records (default 1000000)
+      --json FILE   also write the final histogram as JSON (checked before the run, written at the end)
+      --svg FILE    also draw the final histogram (an SVG chart)
   -h, --help        this text
 
 Prints the records seen and the median and 99th percentile every quarter second while the threads record, then
@@ -36,7 +39,12 @@ exits 1 if a total is wrong or a live reading ever went down.
 ";
 
 /// Every flag of the command line.
-const FLAGS: &[Flag] = &[Flag::value("--threads", None), Flag::value("--records", None)];
+const FLAGS: &[Flag] = &[
+    Flag::value("--threads", Some("-t")),
+    Flag::value("--records", None),
+    Flag::value("--json", None),
+    Flag::value("--svg", None),
+];
 
 /// Buckets: bucket `b < BUCKETS - 1` holds values in `[2^b, 2^(b+1))` (bucket 0 also holds 0); the last one holds
 /// everything from `2^(BUCKETS - 1)` up.
@@ -59,6 +67,8 @@ struct Hist {
 struct Config {
     threads: usize,
     records: u64,
+    json: Option<String>,
+    svg: Option<String>,
 }
 
 fn config(args: &Args) -> Result<Config, String> {
@@ -70,7 +80,8 @@ fn config(args: &Args) -> Result<Config, String> {
     if (threads as u64).checked_mul(records).is_none() {
         return Err("--threads × --records overflows a 64-bit count".into());
     }
-    Ok(Config { threads, records })
+    let (json, svg) = (args.value("--json").map(str::to_string), args.value("--svg").map(str::to_string));
+    Ok(Config { threads, records, json, svg })
 }
 
 /// The bucket of `value`.
@@ -230,6 +241,15 @@ fn range(b: usize) -> String {
 
 fn main() -> ExitCode {
     let cfg = cli::parse_or_exit("histogram", USAGE, FLAGS, config);
+    // Checked before the run, so that an unwritable path is reported at once; written at the end.
+    let files = [("--json", &cfg.json), ("--svg", &cfg.svg)].map(|(flag, path)| {
+        path.as_deref().map(|p| {
+            OutFile::create(flag, p).unwrap_or_else(|e| {
+                errln!("histogram: {e}");
+                std::process::exit(1)
+            })
+        })
+    });
     let group = Group::new();
     outln!(
         "{} threads record {} values each into per-CID histograms ({BUCKETS} buckets, SharedPerCid); live readings:",
@@ -275,6 +295,28 @@ fn main() -> ExitCode {
         if out.monotonic { "yes" } else { "NO" }
     );
     let mut ok = true;
+    let [json, svg] = files;
+    if let Some(file) = json {
+        let body = format!(
+            "{{\"example\":\"histogram\",\"threads\":{},\"records_per_thread\":{},\"shards\":{},\"records\":{records},\
+             \"mean_ns\":{},\"buckets\":[{}]}}\n",
+            cfg.threads,
+            cfg.records,
+            out.shards,
+            json_num(out.last.sum as f64 / records.max(1) as f64, 1),
+            out.last.buckets.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+        );
+        if let Err(e) = file.write(&body) {
+            errln!("histogram: {e}");
+            ok = false;
+        }
+    }
+    if let Some(file) = svg {
+        if let Err(e) = chart_of(&cfg, &out.last, chart::footer()).write(file) {
+            errln!("histogram: {e}");
+            ok = false;
+        }
+    }
     if out.last != out.expected {
         errln!("histogram: the totals are wrong: read {:?}, recorded {:?}", out.last, out.expected);
         ok = false;
@@ -287,6 +329,30 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// The final histogram as a chart: a bar per bucket from the first to the last that holds a record (a log axis:
+/// the tail is orders of magnitude below the peak).
+fn chart_of(cfg: &Config, r: &Reading, footer: String) -> Chart {
+    let used: Vec<usize> = (0..BUCKETS).filter(|&b| r.buckets[b] > 0).collect();
+    let (first, last) = (used.first().copied().unwrap_or(0), used.last().copied().unwrap_or(0));
+    let series = Series {
+        name: "records".into(),
+        values: (first..=last).map(|b| Some(chart::Value::plain(r.buckets[b] as f64))).collect(),
+    };
+    Chart {
+        title: format!("histogram: {} threads x {} records, read from the per-CID shards", cfg.threads, cfg.records),
+        panels: vec![Panel {
+            title: "values recorded per power-of-two bucket".into(),
+            x_label: "value, ns: bucket [2^b, 2^(b+1)), labelled by its lower end".into(),
+            y_label: "records".into(),
+            categories: (first..=last).map(|b| if b == 0 { "0".into() } else { (1u64 << b).to_string() }).collect(),
+            series: vec![series],
+            style: Style::Bars,
+            log_y: true,
+        }],
+        footer,
     }
 }
 
@@ -304,12 +370,13 @@ mod tests {
     fn command_line() {
         assert_eq!(parse(&[]), Ok(Some((8, 1_000_000))));
         assert_eq!(parse(&["--threads", "2", "--records=5"]), Ok(Some((2, 5))));
+        assert_eq!(parse(&["-t", "3"]), Ok(Some((3, 1_000_000))));
         assert_eq!(parse(&["--help"]), Ok(None));
         for (words, want) in [
             (&["--records", "0"][..], r#"--records: expected a positive integer, got "0""#),
             (&["--threads", "8193"], "--threads 8193: at most 8192"),
             (&["--threads", "2", "--records", "18446744073709551615"], "--threads × --records overflows"),
-            (&["-t", "2"], r#"unknown argument "-t""#),
+            (&["-T", "2"], r#"unknown argument "-T""#),
         ] {
             let e = parse(words).unwrap_err();
             assert!(e.starts_with(want), "{words:?}: {e}");
@@ -345,10 +412,22 @@ mod tests {
     #[test]
     fn a_run_reads_while_recording_and_ends_exact() {
         let group = Group::builder().virtual_cpus(2).build().unwrap();
-        let out = run(&group, &Config { threads: 8, records: 20_000 }, EVERY, false);
+        let cfg = Config { threads: 8, records: 20_000, json: None, svg: None };
+        let out = run(&group, &cfg, EVERY, false);
         assert_eq!(out.last, out.expected);
         assert_eq!(out.last.records(), 160_000);
         assert!(out.monotonic);
         assert!(out.shards <= 8 + 2 * group.cids_per_core(), "{} shards", out.shards);
+        // The chart: a bar per bucket from the first used to the last, through --svg's file.
+        let path = std::env::temp_dir().join(format!("mmcid-histogram-chart-{}.svg", std::process::id()));
+        let path = path.to_str().unwrap();
+        chart_of(&cfg, &out.last, "footer line".into()).write(OutFile::create("--svg", path).unwrap()).unwrap();
+        let svg = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        let first = out.last.buckets.iter().position(|&n| n > 0).unwrap();
+        let label = if first == 0 { "0".to_string() } else { (1u64 << first).to_string() };
+        for text in ["records", "footer line", "8 threads x 20000 records", &label] {
+            assert!(svg.contains(text), "no {text:?} in the chart");
+        }
     }
 }

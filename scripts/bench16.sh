@@ -26,8 +26,8 @@
 # Output in RESULTS_DIR: machine.txt, build.log, steps.txt (one line per step: status, seconds, command),
 # bench16.log (this script's progress), criterion-<bench>-<n>cpus.txt (+ criterion/ estimates; target/criterion/
 # with PREBUILT),
-# hackbench-*.txt/.json, thread_pools-*.txt/.json, and summary.txt (the tables, concatenated). A step's stderr is
-# in <its output>.err.
+# hackbench-*.txt/.json/.svg, thread_pools-*.txt/.json/.svg (the charts), and summary.txt (the tables,
+# concatenated). A step's stderr is in <its output>.err.
 set -euo pipefail
 here=$(pwd)
 # abs PATH: PATH as given from the caller's directory (the script then works from the repository root).
@@ -252,12 +252,12 @@ else
 fi
 for g in 1 2 4 8 16; do
     whole 60 "$results/hackbench-io-${g}groups.txt" "$hb" "${hbargs[@]}" --groups-list "$g" \
-        --json "$results/hackbench-io-${g}groups.json"
+        --json "$results/hackbench-io-${g}groups.json" --svg "$results/hackbench-io-${g}groups.svg"
 done
 whole 240 "$results/hackbench-update.txt" "$hb" "${hbargs[@]}" --groups-list 1,2,4,8,16 --guard update \
-    --json "$results/hackbench-update.json"
+    --json "$results/hackbench-update.json" --svg "$results/hackbench-update.svg"
 whole 120 "$results/hackbench-pipe-pinned.txt" "$hb" "${hbargs[@]}" --groups-list 1,2,4,8,16 --pipe --pin \
-    --json "$results/hackbench-pipe-pinned.json"
+    --json "$results/hackbench-pipe-pinned.json" --svg "$results/hackbench-pipe-pinned.svg"
 
 # thread_pools: the default three (8x8 and two mode-crossing configurations), then 1..16 pools of 8 threads and the
 # kernel's 32x32.
@@ -266,12 +266,14 @@ if [ "$QUICK" = 1 ]; then
 else
     tpargs=(--compare --seconds 0.3 --repeats 7)
 fi
-whole 120 "$results/thread_pools-default.txt" "$tp" "${tpargs[@]:1}" --json "$results/thread_pools-default.json"
+whole 120 "$results/thread_pools-default.txt" "$tp" "${tpargs[@]:1}" --json "$results/thread_pools-default.json" \
+    --svg "$results/thread_pools-default.svg"
 for p in 1 2 4 8 16; do
     whole 60 "$results/thread_pools-${p}x8.txt" "$tp" "${tpargs[@]}" -p "$p" -t 8 \
-        --json "$results/thread_pools-${p}x8.json"
+        --json "$results/thread_pools-${p}x8.json" --svg "$results/thread_pools-${p}x8.svg"
 done
-whole 60 "$results/thread_pools-32x32.txt" "$tp" "${tpargs[@]}" -p 32 -t 32 --json "$results/thread_pools-32x32.json"
+whole 60 "$results/thread_pools-32x32.txt" "$tp" "${tpargs[@]}" -p 32 -t 32 --json "$results/thread_pools-32x32.json" \
+    --svg "$results/thread_pools-32x32.svg"
 
 summarize
 log "done in $(($(date +%s) - start))s (budget ${BUDGET_S}s): $results"
