@@ -863,7 +863,7 @@ fn main() -> ExitCode {
     }
     if let Some(file) = opts.svg {
         let title = format!(
-            "use_case: CPU ns per update by approach and thread count, {} allowed CPUs, {} s per cell, {} repeats",
+            "use_case: CPU ns per update, {} CPUs, {} s per cell, median of {} repeats (whiskers: range)",
             cpus.len(),
             opts.run.as_secs_f64(),
             opts.repeats
@@ -962,7 +962,7 @@ fn panel(w: Workload, lines: &[Line], configs: &[Config], results: &[Vec<Vec<Cel
         })
         .collect();
     Panel {
-        title: format!("{}: median of the repeats, whiskers their range", w.title()),
+        title: w.title().into(),
         x_label: "threads (pin: one per allowed CPU)".into(),
         y_label: "CPU ns per update (lower is better)".into(),
         categories: configs.iter().map(|c| c.label()).collect(),

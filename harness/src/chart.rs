@@ -77,8 +77,9 @@ const FOOTER_HEIGHT: u32 = 36;
 /// The legend's column, right of each panel's plot.
 const LEGEND_WIDTH: u32 = 300;
 
-/// Ten distinguishable colours (Tableau 10), one per series in order; an eleventh series reuses the first.
-const COLOURS: [RGBColor; 10] = [
+/// Twenty distinguishable colours (Tableau 20: ten, then their lighter shades), one per series name in order of
+/// first appearance; a twenty-first name reuses the first colour.
+const COLOURS: [RGBColor; 20] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -89,6 +90,16 @@ const COLOURS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(174, 199, 232),
+    RGBColor(255, 187, 120),
+    RGBColor(152, 223, 138),
+    RGBColor(255, 152, 150),
+    RGBColor(197, 176, 213),
+    RGBColor(196, 156, 148),
+    RGBColor(247, 182, 210),
+    RGBColor(199, 199, 199),
+    RGBColor(219, 219, 141),
+    RGBColor(158, 218, 229),
 ];
 
 fn colour(i: usize) -> RGBColor {
@@ -139,8 +150,16 @@ impl Chart {
                 ))
                 .map_err(draw_error)?;
             let areas = body.split_evenly((self.panels.len().max(1), 1));
+            // A series keeps its colour in every panel: colours go to names in order of first appearance.
+            let mut names: Vec<&str> = Vec::new();
+            for s in self.panels.iter().flat_map(|p| &p.series) {
+                if !names.contains(&s.name.as_str()) {
+                    names.push(&s.name);
+                }
+            }
+            let colour_of = |name: &str| colour(names.iter().position(|n| *n == name).unwrap_or(0));
             for (panel, area) in self.panels.iter().zip(&areas) {
-                draw_panel(panel, area)?;
+                draw_panel(panel, area, &colour_of)?;
             }
             root.present().map_err(draw_error)?;
         }
@@ -208,7 +227,11 @@ fn y_tick(v: f64, log: bool) -> String {
     }
 }
 
-fn draw_panel<DB: DrawingBackend>(panel: &Panel, area: &DrawingArea<DB, plotters::coord::Shift>) -> Result<(), String> {
+fn draw_panel<DB: DrawingBackend>(
+    panel: &Panel,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    colour_of: &dyn Fn(&str) -> RGBColor,
+) -> Result<(), String> {
     let (plot, legend) = area.split_horizontally(WIDTH - LEGEND_WIDTH);
     let n = panel.categories.len();
     let (y_lo, y_hi) = y_range(panel);
@@ -252,7 +275,7 @@ fn draw_panel<DB: DrawingBackend>(panel: &Panel, area: &DrawingArea<DB, plotters
     // Bars of one category share 80% of its width.
     let bar = 0.8 / k;
     for (si, series) in panel.series.iter().enumerate() {
-        let c = colour(si);
+        let c = colour_of(&series.name);
         let x_of = |ci: usize| match panel.style {
             Style::Bars => ci as f64 - 0.4 + bar * (si as f64 + 0.5),
             Style::Lines => ci as f64,
@@ -295,7 +318,7 @@ fn draw_panel<DB: DrawingBackend>(panel: &Panel, area: &DrawingArea<DB, plotters
     let style = font.color(&BLACK);
     for (si, series) in panel.series.iter().enumerate() {
         let y = 44 + 22 * si as i32;
-        legend.draw(&Rectangle::new([(6, y), (20, y + 14)], colour(si).filled())).map_err(draw_error)?;
+        legend.draw(&Rectangle::new([(6, y), (20, y + 14)], colour_of(&series.name).filled())).map_err(draw_error)?;
         legend.draw(&Text::new(series.name.clone(), (28, y + 1), style.clone())).map_err(draw_error)?;
     }
     Ok(())
@@ -402,6 +425,14 @@ mod tests {
         assert!(svg.contains("<polyline") || svg.contains("<path"), "lines");
         // No label from the default formatting of the category axis (e.g. "0.5").
         assert!(!texts.iter().any(|t| t.ends_with(".5")), "{texts:?}");
+        // A series has one colour in every panel, even where an earlier series is missing.
+        let mut later = panel(Style::Bars, false);
+        later.series.remove(0);
+        let two = Chart { panels: vec![panel(Style::Bars, false), later], ..chart.clone() }.svg().unwrap();
+        let (blue, orange) = ("fill=\"#1F77B4\"", "fill=\"#FF7F0E\"");
+        let parts: Vec<&str> = two.split("cost versus none").collect();
+        assert!(parts[1].contains(blue) && parts[1].contains(orange), "bitmap blue, mmcid orange");
+        assert!(parts[2].contains(orange) && !parts[2].contains(blue), "mmcid still orange, alone");
         let empty = Chart { title: "t".into(), panels: Vec::new(), footer: String::new() };
         assert!(empty.svg().unwrap().contains("<svg"));
     }
