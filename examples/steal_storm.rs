@@ -5,7 +5,7 @@
 //! switches and the time per enter+exit pair.
 //!
 //! ```text
-//! cargo run --release --example steal_storm -- [--scenario NAME] [--enters N]
+//! cargo run --release --example steal_storm -- [--scenario NAME] [--enters N] [--json FILE] [--svg FILE]
 //! NAME: lone | lone-cas | virtual | wander | all
 //! ```
 //!
@@ -21,8 +21,9 @@
 
 use mmcid_harness as common;
 
+use common::chart::{self, Chart, Panel, Series, Style};
 use common::cli::{self, Args, Flag};
-use common::{errln, outln};
+use common::{errln, json_num, json_str, outln, OutFile};
 use mmcid::{CpuSet, Group, Mode, Registration};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,8 @@ usage: steal_storm [options]
 
       --scenario NAME   lone (default) | lone-cas | virtual | wander | all
       --enters N        enter+exit pairs per scenario (default 20000)
+      --json FILE       also write every scenario's line as JSON (checked before the run, written at the end)
+      --svg FILE        also draw each scenario's time per pair and its steals (an SVG chart)
   -h, --help            this text
 
 Prints one line per scenario: the pairs, the steals, the switches to per-task mode, the group's mode at the end,
@@ -44,20 +47,59 @@ included) and the enters by path.
 ";
 
 /// Every flag of the command line.
-const FLAGS: &[Flag] = &[Flag::value("--scenario", None), Flag::value("--enters", None)];
+const FLAGS: &[Flag] = &[
+    Flag::value("--scenario", None),
+    Flag::value("--enters", None),
+    Flag::value("--json", None),
+    Flag::value("--svg", None),
+];
 
-/// What the command line asks for: (scenario, pairs).
-fn config(args: &Args) -> Result<(&'static str, u64), String> {
+/// What the command line asks for.
+struct Config {
+    scenario: &'static str,
+    /// Pairs per scenario.
+    n: u64,
+    json: Option<String>,
+    svg: Option<String>,
+}
+
+fn config(args: &Args) -> Result<Config, String> {
     let scenario = args
         .get("--scenario", |m| {
             SCENARIOS.iter().copied().find(|&k| k == m).ok_or(format!("expected one of {}", SCENARIOS.join(", ")))
         })?
         .unwrap_or(SCENARIOS[0]);
-    Ok((scenario, args.positive_u64("--enters")?.unwrap_or(20_000)))
+    let n = args.positive_u64("--enters")?.unwrap_or(20_000);
+    let (json, svg) = (args.value("--json").map(str::to_string), args.value("--svg").map(str::to_string));
+    Ok(Config { scenario, n, json, svg })
+}
+
+/// One scenario's line.
+#[derive(Clone, Debug)]
+struct Row {
+    scenario: &'static str,
+    rseq: bool,
+    pairs: u64,
+    steals: u64,
+    switches_to_per_task: u64,
+    mode_at_end: Mode,
+    ns_per_pair: f64,
+    clock_ns: f64,
+    /// ` allowed=A` where `lone` had to shrink the group to one CPU.
+    note: &'static str,
+}
+
+fn fail(e: String) -> ! {
+    errln!("steal_storm: {e}");
+    std::process::exit(1);
 }
 
 fn main() {
-    let (scenario, n) = cli::parse_or_exit("steal_storm", USAGE, FLAGS, config);
+    let cfg = cli::parse_or_exit("steal_storm", USAGE, FLAGS, config);
+    // Checked before the run, so that an unwritable path is reported at once; written at the end.
+    let json = cfg.json.as_deref().map(|path| OutFile::create("--json", path).unwrap_or_else(|e| fail(e)));
+    let svg = cfg.svg.as_deref().map(|path| OutFile::create("--svg", path).unwrap_or_else(|e| fail(e)));
+    let (scenario, n) = (cfg.scenario, cfg.n);
     // The affinity at start: `lone` pins the thread, so later scenarios must not read it again.
     let cpus: Vec<usize> = CpuSet::current().map(|set| set.iter().take(2).collect()).unwrap_or_default();
     let run = |name: &str| match name {
@@ -68,13 +110,63 @@ fn main() {
         _ => unreachable!("config accepts only SCENARIOS"),
     };
     let names: Vec<&str> = if scenario == "all" { SCENARIOS[..4].to_vec() } else { vec![scenario] };
+    let mut rows = Vec::new();
     for name in names {
         // Each on a thread of its own, which starts with the process's affinity (`lone` pins its thread).
         let result = std::thread::scope(|s| s.spawn(|| run(name)).join()).unwrap_or_else(|_| Err("panicked".into()));
-        if let Err(e) = result {
-            errln!("steal_storm: {name}: {e}");
-            std::process::exit(1);
-        }
+        rows.push(result.unwrap_or_else(|e| fail(format!("{name}: {e}"))));
+    }
+    if let Some(file) = json {
+        let body: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"scenario\":{},\"rseq\":{},\"pairs\":{},\"steals\":{},\"switches_to_per_task\":{},\
+                     \"mode_at_end\":{},\"ns_per_pair\":{},\"clock_ns\":{},\"allowed_a_only\":{}}}",
+                    json_str(r.scenario),
+                    r.rseq,
+                    r.pairs,
+                    r.steals,
+                    r.switches_to_per_task,
+                    json_str(&format!("{:?}", r.mode_at_end)),
+                    json_num(r.ns_per_pair, 1),
+                    json_num(r.clock_ns, 1),
+                    !r.note.is_empty()
+                )
+            })
+            .collect();
+        let body = format!("{{\"benchmark\":\"steal_storm\",\"results\":[{}]}}\n", body.join(","));
+        file.write(&body).unwrap_or_else(|e| fail(e));
+    }
+    if let Some(file) = svg {
+        chart_of(&rows, chart::footer()).write(file).unwrap_or_else(|e| fail(e));
+    }
+}
+
+/// The scenarios as a chart: the time per enter+exit pair (clock reads included) and the steals.
+fn chart_of(rows: &[Row], footer: String) -> Chart {
+    let panel = |title: &str, y_label: &str, name: &str, f: &dyn Fn(&Row) -> f64| Panel {
+        title: title.into(),
+        x_label: "scenario".into(),
+        y_label: y_label.into(),
+        categories: rows.iter().map(|r| format!("{}{}", r.scenario, r.note)).collect(),
+        series: vec![Series {
+            name: name.into(),
+            values: rows.iter().map(|r| Some(chart::Value::plain(f(r)))).collect(),
+        }],
+        style: Style::Bars,
+        log_y: false,
+    };
+    let pairs = rows.first().map_or(0, |r| r.pairs);
+    Chart {
+        title: format!("steal_storm: per-CPU mode with fewer users than cores, {pairs} enter+exit pairs per scenario"),
+        panels: vec![
+            panel("time per enter+exit pair (two clock reads included)", "ns per pair", "enter+exit", &|r| {
+                r.ns_per_pair
+            }),
+            panel("steals (until the switch to per-task mode)", "steals", "steals", &|r| r.steals as f64),
+        ],
+        footer,
     }
 }
 
@@ -100,8 +192,9 @@ fn clock_ns(n: u64) -> f64 {
     took.as_nanos() as f64 / n as f64
 }
 
-fn report(scenario: &str, group: &Group, n: u64, took: Duration, note: &str) {
+fn report(scenario: &'static str, group: &Group, n: u64, took: Duration, note: &'static str) -> Row {
     let s = group.stats();
+    let (ns_per_pair, clock) = (took.as_nanos() as f64 / n as f64, clock_ns(n));
     outln!(
         "scenario={scenario} rseq={} pairs={n} steals={} switches_to_per_task={} mode_at_end={:?} \
          ns_per_pair={:.0} clock_ns={:.0} cpu_fast={} cpu_slow={} task_fast={}{note}",
@@ -109,12 +202,23 @@ fn report(scenario: &str, group: &Group, n: u64, took: Duration, note: &str) {
         s.steals,
         s.switches_to_per_task,
         group.mode(),
-        took.as_nanos() as f64 / n as f64,
-        clock_ns(n),
+        ns_per_pair,
+        clock,
         s.enter_cpu_fast,
         s.enter_cpu_slow,
         s.enter_task_fast,
     );
+    Row {
+        scenario,
+        rseq: group.uses_rseq(),
+        pairs: n,
+        steals: s.steals,
+        switches_to_per_task: s.switches_to_per_task,
+        mode_at_end: group.mode(),
+        ns_per_pair,
+        clock_ns: clock,
+        note,
+    }
 }
 
 fn pin(cpu: usize) -> Result<(), String> {
@@ -136,7 +240,7 @@ fn shrink_to_one(allowed: &CpuSet, rseq: bool) -> Result<(Group, Option<Registra
     Ok((group, per_cpu.then_some(last)))
 }
 
-fn lone(cpus: &[usize], n: u64, rseq: bool) -> Result<(), String> {
+fn lone(cpus: &[usize], n: u64, rseq: bool) -> Result<Row, String> {
     let &[a, b] = cpus else { return Err("needs two CPUs in this thread's affinity".into()) };
     let both = CpuSet::from_cpus([a, b]).map_err(|e| e.to_string())?;
     let (mut group, mut survivor) = shrink_to_one(&both, rseq).map_err(|e| e.to_string())?;
@@ -153,12 +257,12 @@ fn lone(cpus: &[usize], n: u64, rseq: bool) -> Result<(), String> {
         pin(if i % 2 == 0 { a } else { b })?;
         took += pair(&mut reg);
     }
-    report(if rseq { "lone" } else { "lone-cas" }, &group, n, took, note);
+    let row = report(if rseq { "lone" } else { "lone-cas" }, &group, n, took, note);
     drop(reg);
-    Ok(())
+    Ok(row)
 }
 
-fn virtual_lone(n: u64) -> Result<(), String> {
+fn virtual_lone(n: u64) -> Result<Row, String> {
     let group = Group::builder().virtual_cpus(2).build().map_err(|e| e.to_string())?;
     let mut regs: Vec<_> = (0..3).map(|_| group.register()).collect();
     let mut reg = regs.pop().expect("three registrations");
@@ -168,11 +272,10 @@ fn virtual_lone(n: u64) -> Result<(), String> {
         reg.set_cpu(Some((i % 2) as usize)).map_err(|e| e.to_string())?;
         took += pair(&mut reg);
     }
-    report("virtual", &group, n, took, "");
-    Ok(())
+    Ok(report("virtual", &group, n, took, ""))
 }
 
-fn wander(n: u64) -> Result<(), String> {
+fn wander(n: u64) -> Result<Row, String> {
     let group = Group::builder().virtual_cpus(4).build().map_err(|e| e.to_string())?;
     let mut regs: Vec<_> = (0..5).map(|_| group.register()).collect();
     let mut pair_regs = regs.split_off(3);
@@ -187,8 +290,7 @@ fn wander(n: u64) -> Result<(), String> {
         reg.set_cpu(Some((round + 2 * j) % 4)).map_err(|e| e.to_string())?;
         took += pair(reg);
     }
-    report("wander", &group, n, took, "");
-    Ok(())
+    Ok(report("wander", &group, n, took, ""))
 }
 
 #[cfg(test)]
@@ -196,7 +298,7 @@ mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Result<Option<(&'static str, u64)>, String> {
-        cli::parse_words(FLAGS, words, config)
+        cli::parse_words(FLAGS, words, |a| config(a).map(|c| (c.scenario, c.n)))
     }
 
     /// Named flags with defaults; every scenario of the usage is accepted; an unknown scenario and zero pairs are
@@ -217,5 +319,21 @@ mod tests {
             assert!(e.starts_with(want), "{words:?}: {e}");
         }
         assert_eq!(cli::check_usage(USAGE, FLAGS), Ok(()));
+    }
+
+    /// The scenarios that need no real CPUs, run short, draw a chart with a bar per scenario; the chart goes
+    /// through --svg's file.
+    #[test]
+    fn short_scenarios_draw_their_chart() {
+        let rows = [virtual_lone(200).unwrap(), wander(200).unwrap()];
+        assert!(rows.iter().all(|r| r.pairs == 200 && r.ns_per_pair > 0.0));
+        let path = std::env::temp_dir().join(format!("mmcid-steal-storm-chart-{}.svg", std::process::id()));
+        let path = path.to_str().unwrap();
+        chart_of(&rows, "footer line".into()).write(OutFile::create("--svg", path).unwrap()).unwrap();
+        let svg = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        for text in ["virtual", "wander", "steals (until", "footer line", "200 enter+exit pairs"] {
+            assert!(svg.contains(text), "no {text:?} in the chart");
+        }
     }
 }

@@ -223,7 +223,9 @@ fn y_tick(v: f64, log: bool) -> String {
     } else if a >= 1.0 {
         format!("{x:.2}").trim_end_matches('0').trim_end_matches('.').into()
     } else {
-        format!("{x:.3}").trim_end_matches('0').trim_end_matches('.').into()
+        // Two significant digits below 1: 0.5, 0.25, 0.00025.
+        let decimals = (-a.log10()).ceil() as usize + 1;
+        format!("{x:.decimals$}").trim_end_matches('0').trim_end_matches('.').into()
     }
 }
 
@@ -450,6 +452,11 @@ mod tests {
         assert_eq!(y_tick(1.0, true), "10");
         assert_eq!(y_tick(2.5, false), "2.5");
         assert_eq!(y_tick(-12.25, false), "-12.2");
+        assert_eq!(
+            (y_tick(0.5, false), y_tick(0.25, false), y_tick(0.00025, false)),
+            ("0.5".into(), "0.25".into(), "0.00025".into())
+        );
+        assert_eq!(y_tick(-3.0, true), "0.001");
     }
 
     #[test]
