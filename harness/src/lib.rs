@@ -1,7 +1,8 @@
 //! What mmcid's examples and benches share: the command line ([`cli`]), output that ends quietly on a closed pipe
 //! ([`outln!`]), progress on stderr, statistics (paired costs, a distribution-free confidence interval for their
-//! median, the goal verdicts) and tables for the benchmark examples (`hackbench`, `thread_pools`), the thread limit
-//! for all of them ([`MAX_THREADS`]); the examples' peers ([`peers`]); and the criterion benches' harness
+//! median, the goal verdicts) and tables for the benchmark examples (`hackbench`, `thread_pools`), their charts
+//! (`--svg`, [`chart`]) and output files ([`OutFile`]), the thread limit for all of them ([`MAX_THREADS`]); the
+//! examples' peers ([`peers`]); and the criterion benches' harness
 //! ([`mod@bench`]). A workspace crate the examples and benches use as a dev-dependency
 //! (`use mmcid_harness as common;`), not published.
 
