@@ -77,20 +77,22 @@ impl Counts {
     }
 }
 
-/// Every slot ever made (leaked: at most one per thread alive at once) and those free for a new thread.
-static SLOTS: Mutex<(Vec<&'static CachePadded<Counts>>, Vec<&'static CachePadded<Counts>>)> =
-    Mutex::new((Vec::new(), Vec::new()));
+/// A thread's counters, leaked: at most one per thread alive at once.
+type Slot = &'static CachePadded<Counts>;
+
+/// Every slot ever made, and those free for a new thread.
+static SLOTS: Mutex<(Vec<Slot>, Vec<Slot>)> = Mutex::new((Vec::new(), Vec::new()));
 /// Counts from threads whose slot is already gone (a drop in a later thread-local destructor).
 static LATE: Counts = Counts { created: AtomicU64::new(0), dropped: AtomicU64::new(0), held: AtomicU64::new(0) };
 
 /// A thread's slot, given back to the free list when the thread ends (its counts stay in the sums).
-struct MySlot(&'static CachePadded<Counts>);
+struct MySlot(Slot);
 
 impl MySlot {
     fn acquire() -> MySlot {
         let mut s = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
         let slot = s.1.pop().unwrap_or_else(|| {
-            let slot: &'static CachePadded<Counts> = Box::leak(Box::default());
+            let slot: Slot = Box::leak(Box::default());
             s.0.push(slot);
             slot
         });
@@ -593,12 +595,15 @@ impl<const W: usize> Approach for Slab<Obj<W>> {
 
 /// Objects a `w2`/`w4` burst holds at once.
 const BURST: usize = 4;
-/// Operations (or bursts) between two looks at the stop flag.
-const BATCH: u64 = 64;
+/// Get + put pairs between two looks at the stop flag. Small: at 128 threads a core, a lock-free peer spins on
+/// the slot of a preempted thread for up to a scheduler round, so one operation can take milliseconds, and a
+/// cell must end soon after its time is up.
+const BATCH: u64 = 8;
 /// Bursts each `w4` thread does before it ends.
 const CHURN_BURSTS: u64 = 64;
-/// Worker stacks: `lockfree-object-pool` builds its pages of 4 KiB objects on the stack of the thread that grows it.
-const STACK: usize = 4 << 20;
+/// Worker stacks: `lockfree-object-pool` builds its pages of 4 KiB objects on the stack of the thread that grows it
+/// (256 KiB overflowed). Below 2 MiB: larger stacks got transparent huge pages, and thread creation took ms.
+const STACK: usize = 1 << 20;
 /// Capacity of the `w3` queue between producers and consumers.
 const CHANNEL: usize = 256;
 
@@ -695,11 +700,11 @@ fn worker<A: Approach>(a: &A, local: &mut A::Local, stop: &AtomicBool, thread: u
     loop {
         match work {
             Work::Burst(rounds) => {
-                for _ in 0..BATCH {
+                for _ in 0..BATCH / BURST as u64 {
                     v = private(v.wrapping_add(1), rounds);
                     burst(a, local, v);
                 }
-                gets += BATCH * BURST as u64;
+                gets += BATCH;
             }
             _ => {
                 for _ in 0..BATCH {
@@ -719,21 +724,19 @@ fn worker<A: Approach>(a: &A, local: &mut A::Local, stop: &AtomicBool, thread: u
 /// What a workload's run gives back: the CPU ns it spent, its wall ns, its gets.
 type Timing = (f64, f64, u64);
 
-/// `w1`/`w2`: `threads` workers for `secs` seconds.
+/// `w1`/`w2`: `threads` workers for `secs` seconds after the last one was started. Each counts its own gets and
+/// CPU time from its own start (no barrier: on a loaded machine with 128 threads a core, waiting until every worker
+/// has run once took seconds), so the cost per get + put needs no common start.
 fn run_loops<A: Approach>(a: &A, work: Work, threads: usize, secs: f64) -> Result<Timing, String> {
     let stop = AtomicBool::new(false);
-    let ready = Barrier::new(threads + 1);
-    let started = AtomicUsize::new(0);
     std::thread::scope(|s| {
         let handles = (0..threads)
             .map(|i| {
-                let (stop, ready, started) = (&stop, &ready, &started);
+                let stop = &stop;
                 std::thread::Builder::new()
                     .stack_size(STACK)
                     .spawn_scoped(s, move || {
                         let mut local = a.local();
-                        ready.wait();
-                        started.fetch_add(1, Relaxed);
                         let r = worker(a, &mut local, stop, i, work);
                         drop(local);
                         r
@@ -745,13 +748,9 @@ fn run_loops<A: Approach>(a: &A, work: Work, threads: usize, secs: f64) -> Resul
             Ok(h) => h,
             Err(e) => {
                 stop.store(true, Relaxed);
-                return Err(e); // the workers started wait at the barrier for ever: the scope cannot end
+                return Err(e);
             }
         };
-        ready.wait();
-        while started.load(Relaxed) < threads {
-            std::thread::sleep(Duration::from_micros(100));
-        }
         let t0 = Instant::now();
         std::thread::sleep(Duration::from_secs_f64(secs));
         stop.store(true, Relaxed);
@@ -1179,6 +1178,7 @@ type Runs = Vec<Vec<Vec<Cell>>>;
 
 /// One verdict line: goal, mmcid line, verdict, detail.
 struct Verdict {
+    table: String,
     goal: &'static str,
     line: &'static str,
     verdict: &'static str,
@@ -1186,6 +1186,8 @@ struct Verdict {
 }
 
 /// Prints one table and appends its JSON cells.
+// A column's index reads both `t.confs` and every line's runs.
+#[allow(clippy::needless_range_loop)]
 fn report(t: &Table, runs: &Runs, json: &mut Vec<String>) {
     let width = t.lines.iter().map(|l| l.name.len()).max().unwrap_or(10) + 2;
     let tl = t.lines.iter().position(|l| l.name == "thread-local cache");
@@ -1328,7 +1330,7 @@ fn verdicts(t: &Table, runs: &Runs, cores: usize) -> Vec<Verdict> {
                 .collect::<Vec<_>>()
                 .join(", ");
             let _ = all;
-            out.push(Verdict { goal, line: l.name, verdict: worst_word, detail });
+            out.push(Verdict { table: t.id.clone(), goal, line: l.name, verdict: worst_word, detail });
         };
         let confs = 0..t.confs.len();
         match t.work {
@@ -1396,6 +1398,8 @@ struct Opts {
     threads: Vec<usize>,
     seconds: f64,
     repeats: usize,
+    /// `--only SUBSTRING`: run only the approaches whose name contains it (a diagnostic).
+    only: Option<String>,
     json: Option<common::JsonFile>,
 }
 
@@ -1409,8 +1413,9 @@ usage: pool [options]
   -t, --threads LIST        comma-separated thread counts of w1, w2 and w4 (default: 1, cores, 4, 16 and 128 x cores);
                             w3 runs its four shapes 1P1C, 4P1C, 1P4C, 4P4C
       --seconds S           each cell's run time in seconds (default 0.03)
-  -r, --repeats N           interleaved repeats; medians are reported (default 3)
+  -r, --repeats N           interleaved repeats; medians are reported (default 1: about 2 minutes on 2 cores)
       --json FILE           also write every cell and verdict as JSON
+      --only SUBSTRING      run only the approaches whose name contains SUBSTRING (a diagnostic: no verdicts)
   -h, --help                this text
 
 W1: get -> write -> put (64 bytes, 4 KiB); W2: bursts of 4 with the pool 100, 10 and 1 % of the time; W3: producers
@@ -1427,6 +1432,7 @@ const FLAGS: &[Flag] = &[
     Flag::value("--seconds", None),
     Flag::value("--repeats", Some("-r")),
     Flag::value("--json", None),
+    Flag::value("--only", None),
 ];
 
 fn config(args: &Args, cpus: usize) -> Result<Opts, String> {
@@ -1484,7 +1490,8 @@ fn config(args: &Args, cpus: usize) -> Result<Opts, String> {
         workloads,
         threads,
         seconds: seconds.unwrap_or(0.03),
-        repeats: args.positive("--repeats")?.unwrap_or(3),
+        repeats: args.positive("--repeats")?.unwrap_or(1),
+        only: args.value("--only").map(str::to_string),
         json: args.value("--json").map(common::JsonFile::create).transpose()?,
     })
 }
@@ -1566,7 +1573,12 @@ fn main() -> ExitCode {
         probe.depot_limit()
     );
     drop(probe);
-    let tables = tables(&opts.workloads, &opts.threads, rounds);
+    let mut tables = tables(&opts.workloads, &opts.threads, rounds);
+    if let Some(only) = &opts.only {
+        for t in &mut tables {
+            t.lines.retain(|l| l.name.contains(only.as_str()));
+        }
+    }
     let (runs, ok) = run_all(&tables, opts.seconds, opts.repeats, true);
     let mut json = Vec::new();
     let mut all_verdicts = Vec::new();
@@ -1576,14 +1588,15 @@ fn main() -> ExitCode {
     }
     outln!("\ngoals (each mmcid line; per repeat, paired with the peers' runs of the same repeat):");
     for v in &all_verdicts {
-        outln!("  {} [{}]: {} ({})", v.goal, v.line, v.verdict, v.detail);
+        outln!("  {} {} [{}]: {} ({})", v.table, v.goal, v.line, v.verdict, v.detail);
     }
     if let Some(file) = opts.json {
         let verdicts: Vec<String> = all_verdicts
             .iter()
             .map(|v| {
                 format!(
-                    "{{\"goal\":{},\"approach\":{},\"verdict\":{},\"detail\":{}}}",
+                    "{{\"table\":{},\"goal\":{},\"approach\":{},\"verdict\":{},\"detail\":{}}}",
+                    common::json_str(&v.table),
                     common::json_str(v.goal),
                     common::json_str(v.line),
                     common::json_str(v.verdict),
@@ -1632,7 +1645,7 @@ mod tests {
     #[test]
     fn command_line() {
         let o = parse(&[]).unwrap().unwrap();
-        assert_eq!((o.threads, o.workloads, o.repeats), (vec![1, 2, 8, 32, 256], vec![1, 2, 3, 4], 3));
+        assert_eq!((o.threads, o.workloads, o.repeats), (vec![1, 2, 8, 32, 256], vec![1, 2, 3, 4], 1));
         let o = parse(&["-t", "3,1", "--workloads=w3,w1", "--seconds", "0.5", "--compare"]).unwrap().unwrap();
         assert_eq!((o.threads, o.workloads, o.seconds), (vec![3, 1], vec![3, 1], 0.5));
         assert!(parse(&["--help"]).unwrap().is_none());
