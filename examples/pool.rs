@@ -1688,34 +1688,41 @@ mod tests {
     #[test]
     fn the_checkers_fail_on_a_broken_pool() {
         let _turn = turn();
-        /// Hands out the same object to every get while one is out: a pool that gives an object twice.
-        struct Twice(parking_lot::Mutex<Vec<Box<Small>>>);
+        /// Hands out the same object to every get: a pool that gives an object twice at once.
+        struct Twice;
+        /// A pointer to the thread's one object.
+        struct Alias(*mut Small);
+        impl Deref for Alias {
+            type Target = Small;
+            fn deref(&self) -> &Small {
+                // SAFETY: the object is the worker's `Local` box, alive for the whole loop; the references made here
+                // and in `deref_mut` are temporaries of one statement each on the worker's thread, never live at once.
+                unsafe { &*self.0 }
+            }
+        }
+        impl DerefMut for Alias {
+            fn deref_mut(&mut self) -> &mut Small {
+                // SAFETY: as in `deref`.
+                unsafe { &mut *self.0 }
+            }
+        }
         impl Approach for Twice {
             type O = Small;
-            type Local = Option<Box<Small>>;
-            type Cx<'l> = &'l mut Option<Box<Small>>;
-            type Item<'a> = &'a mut Small;
-            fn local(&self) -> Option<Box<Small>> {
-                Some(Box::new(Small::new()))
+            type Local = Box<Small>;
+            type Cx<'l> = *mut Small;
+            type Item<'a> = Alias;
+            fn local(&self) -> Box<Small> {
+                Box::new(Small::new())
             }
-            fn enter<'l>(&'l self, l: &'l mut Option<Box<Small>>) -> &'l mut Option<Box<Small>> {
-                l
+            fn enter<'l>(&'l self, l: &'l mut Box<Small>) -> *mut Small {
+                &mut **l
             }
-            fn get<'a>(&'a self, cx: &mut &mut Option<Box<Small>>) -> &'a mut Small {
-                let p: *mut Small = &mut **cx.as_mut().unwrap();
-                // SAFETY: test-only aliasing of a live box of this thread; the harness's flag is the only shared
-                // state it touches, on this thread alone.
-                unsafe { &mut *p }
+            fn get(&self, cx: &mut *mut Small) -> Alias {
+                Alias(*cx)
             }
-            fn put(&self, _: &mut &mut Option<Box<Small>>, _: &mut Small) {}
+            fn put(&self, _: &mut *mut Small, _: Alias) {}
         }
-        let _ = &Twice::local;
-        let e = measure(
-            || Twice(parking_lot::Mutex::new(Vec::new())),
-            Work::Burst(0),
-            |a| run_loops(a, Work::Burst(0), 1, 0.001),
-        )
-        .unwrap_err();
+        let e = measure(|| Twice, Work::Burst(0), |a| run_loops(a, Work::Burst(0), 1, 0.001)).unwrap_err();
         assert!(e.contains("handed out twice"), "{e}");
 
         /// Forgets every object put back: objects lost.

@@ -250,14 +250,15 @@ for bench in enter_exit sharded_counter; do
 done
 
 # use_case and pool: every approach of each, interleaved repeats, thread counts from the allowed CPUs (pool: 1,
-# cores, 4, 16 and 128 x cores). On 16 cores use_case's 6 thread counts x 18 lines x 3 repeats of 50 ms take about
-# 30 s, pool's 1008 cells of 20 ms (2048 threads in the largest) about 70 s.
+# cores, 4, 16 and 128 x cores). Estimated on 16 cores from ci-2core's times: use_case's 6 thread counts x 18 lines
+# x 3 repeats of 50 ms about 30 s; pool's 336 cells of 20 ms, one repeat (2048 threads in the largest, where thread
+# creation and the lock-free peers' spinning dominate), about 80 s: 3 repeats took 230 s on 2 cores.
 if [ "$QUICK" = 1 ]; then
     ucargs=(--compare --ms 10 --repeats 1 --threads 1,2)
     plargs=(--compare --seconds 0.005 --repeats 1 --threads 1,4)
 else
     ucargs=(--compare --ms 50 --repeats 3)
-    plargs=(--compare --seconds 0.02 --repeats 3)
+    plargs=(--compare --seconds 0.02 --repeats 1)
 fi
 whole 60 "$results/use_case.txt" "$uc" "${ucargs[@]}" --json "$results/use_case.json"
 whole 150 "$results/pool.txt" "$pl" "${plargs[@]}" --json "$results/pool.json"
