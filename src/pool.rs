@@ -159,8 +159,9 @@ type Factory<T> = Box<dyn Fn() -> T + Send + Sync>;
 type Reset<T> = Box<dyn Fn(&mut T) + Send + Sync>;
 
 /// A per-CID object cache: objects made by a factory, kept in per-CID magazines in front of a shared depot, so a
-/// get and a put cost about what a thread-local cache costs while the memory follows the CIDs in use (about the
-/// cores the group runs on), not the threads.
+/// get and a put are plain vector operations on the guard's own magazine (no atomic read-modify-write, no lock),
+/// as in a thread-local cache, while the memory follows the CIDs in use (about the cores the group runs on), not
+/// the threads.
 ///
 /// Use it for objects that are expensive to make or large to keep per thread: buffers, scratch vectors, parsed
 /// state, connections' work areas. [`Pool::get`] enters the group through the thread-local layer
@@ -197,6 +198,18 @@ type Reset<T> = Box<dyn Fn(&mut T) + Send + Sync>;
 /// assert_eq!(stats.live(), 0);                               // every object is back
 /// assert!(stats.created <= 4);
 /// # Ok::<(), mmcid::Error>(())
+/// ```
+///
+/// `Send + Sync` when `T: Send` (objects move between threads, none is shared), like `Mutex<T>`:
+///
+/// ```
+/// fn shared<X: Send + Sync>() {}
+/// shared::<mmcid::Pool<std::cell::Cell<u64>>>();
+/// ```
+///
+/// ```compile_fail,E0277
+/// let group = mmcid::Group::new();
+/// let pool = mmcid::Pool::new(&group, || std::rc::Rc::new(0)); // not Send: cannot move between threads
 /// ```
 pub struct Pool<T: Send + 'static> {
     slots: SharedPerCid<Slot<T>>,
