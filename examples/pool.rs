@@ -129,6 +129,14 @@ fn totals() -> (u64, u64, u64) {
     t
 }
 
+/// After a cell that failed its checks: counts what it left (objects alive, objects held) as gone, so that the next
+/// cells are checked from zero again instead of all failing on the same objects.
+fn rebase() {
+    let (c, d, h) = totals();
+    LATE.dropped.fetch_add(c.wrapping_sub(d), Relaxed);
+    LATE.held.fetch_sub(h, Relaxed);
+}
+
 /// Objects the workers hand out twice at once, or give back while not handed out.
 static DOUBLE: AtomicU64 = AtomicU64::new(0);
 
@@ -944,15 +952,26 @@ fn measure<A: Approach>(
         finished.store(true, Relaxed);
         (timing, monitor.join().unwrap_or(0))
     });
-    let (cpu, wall, gets) = timing?;
+    let (cpu, wall, gets) = match timing {
+        Ok(t) => t,
+        Err(e) => {
+            drop(a);
+            rebase();
+            return Err(e);
+        }
+    };
     let (c1, d1, h1) = totals();
     if h1 != 0 {
+        drop(a);
+        rebase();
         return Err(format!("the workers still hold {} objects", h1 as i64));
     }
     let created = c1 - c0;
     let mut cached = c1 - d1;
     if let Some(own) = a.cached() {
         if own as u64 != cached {
+            drop(a);
+            rebase();
             return Err(format!("caches {own} objects by its own count, {cached} by the objects' (lost or leaked)"));
         }
     }
@@ -969,6 +988,7 @@ fn measure<A: Approach>(
     drop(a);
     let (c2, d2, h2) = totals();
     if c2 != d2 || h2 != 0 {
+        rebase();
         return Err(format!("{} objects were not dropped with the approach (lost)", c2.wrapping_sub(d2)));
     }
     let double = DOUBLE.load(Relaxed) - double0;
@@ -1743,8 +1763,8 @@ mod tests {
         }
         let e = measure(|| Leaky, Work::Hot, |a| run_loops(a, Work::Hot, 1, 0.001)).unwrap_err();
         assert!(e.contains("not dropped"), "{e}");
-        // Reset the global accounting for the other tests of this binary: the leaked objects count as dropped.
-        let (c, d, _) = totals();
-        LATE.dropped.fetch_add(c - d, Relaxed);
+        // `measure` rebased the accounting: the next cell starts from zero.
+        let (c, d, h) = totals();
+        assert_eq!((c - d, h), (0, 0));
     }
 }
