@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prepared many-core benchmark run (docs/benchmarks.md): release build, the criterion benches
-# (enter_exit, sharded_counter) at 1, 2, 4, 8 and 16 threads, then both workload examples (hackbench, thread_pools),
-# every result written under one results directory as soon as its step ends. Works on any core count: the thread
+# (enter_exit, sharded_counter) at 1, 2, 4, 8 and 16 threads, the use-case and object-pool comparisons (use_case,
+# pool), then both workload examples (hackbench, thread_pools), every result written under one results directory
+# as soon as its step ends. Works on any core count: the thread
 # counts a machine cannot give one core each are still run where a bench oversubscribes by design.
 #
 #   scripts/bench16.sh [RESULTS_DIR]            # default: $CARGO_TARGET_DIR (or target)/bench-results/<host>-<date>
@@ -17,7 +18,8 @@
 #   PREBUILT=.bench16 BUDGET_S=540 scripts/bench16.sh /tmp/r && tar czf bench16.tgz -C /tmp/r .   # there
 #
 # Time budget: the whole script, build (if any) included, stays within BUDGET_S seconds, and the steps run most
-# important first: the criterion benches, then hackbench (guard around the I/O, one group count per step), then
+# important first: the criterion benches, then use_case and pool (each --compare, sized to about half its limit
+# on 16 cores), then hackbench (guard around the I/O, one group count per step), then
 # thread_pools. A criterion step's limit is clipped to what is left of the budget (cut short, it keeps every line
 # it finished). The examples print their tables only when they end, so their steps are skipped, not cut, when less
 # than their limit is left. summary.txt and steps.txt are rewritten after every step, so a kill at any point
@@ -26,7 +28,7 @@
 # Output in RESULTS_DIR: machine.txt, build.log, steps.txt (one line per step: status, seconds, command),
 # bench16.log (this script's progress), criterion-<bench>-<n>cpus.txt (+ criterion/ estimates; target/criterion/
 # with PREBUILT),
-# hackbench-*.txt/.json, thread_pools-*.txt/.json, and summary.txt (the tables, concatenated). A step's stderr is
+# use_case.txt/.json, pool.txt/.json, hackbench-*.txt/.json, thread_pools-*.txt/.json, and summary.txt (the tables, concatenated). A step's stderr is
 # in <its output>.err.
 set -euo pipefail
 here=$(pwd)
@@ -94,7 +96,8 @@ summarize() {
         echo
         echo "== steps"
         cat "$results/steps.txt"
-        for f in "$results"/criterion-*.txt "$results"/hackbench-*.txt "$results"/thread_pools-*.txt; do
+        for f in "$results"/criterion-*.txt "$results"/use_case.txt "$results"/pool.txt "$results"/hackbench-*.txt \
+            "$results"/thread_pools-*.txt; do
             [ -f "$f" ] || continue
             echo
             echo "== $(basename "$f")"
@@ -159,7 +162,7 @@ step() {
 } >"$results/machine.txt"
 
 if [ -n "$PREBUILT" ]; then
-    for b in hackbench thread_pools enter_exit sharded_counter; do
+    for b in hackbench thread_pools use_case pool enter_exit sharded_counter; do
         if [ ! -x "$PREBUILT/$b" ]; then
             echo "bench16: $PREBUILT/$b is missing: run scripts/bench16-prepare.sh $PREBUILT first" >&2
             exit 1
@@ -168,6 +171,8 @@ if [ -n "$PREBUILT" ]; then
     echo "prebuilt: $(cat "$PREBUILT/BUILD" 2>/dev/null || echo 'no BUILD file')" >>"$results/machine.txt"
     hb="$PREBUILT/hackbench"
     tp="$PREBUILT/thread_pools"
+    uc="$PREBUILT/use_case"
+    pl="$PREBUILT/pool"
     # criterion writes its estimates under $CARGO_TARGET_DIR/criterion (it asks cargo only when that is unset):
     # here straight into the results, so no estimates of earlier runs mix in.
     export CARGO_TARGET_DIR="$results/target"
@@ -180,6 +185,8 @@ else
     fi
     hb="$target/release/examples/hackbench"
     tp="$target/release/examples/thread_pools"
+    uc="$target/release/examples/use_case"
+    pl="$target/release/examples/pool"
 fi
 # whole LIMIT OUT COMMAND...: `step` for a command that prints its results only when it ends (the examples'
 # comparisons): skipped, rather than cut short with nothing to show, when less than LIMIT seconds are left.
@@ -241,6 +248,20 @@ for bench in enter_exit sharded_counter; do
         fi
     done
 done
+
+# use_case and pool: every approach of each, interleaved repeats, thread counts from the allowed CPUs (pool: 1,
+# cores, 4, 16 and 128 x cores). Estimated on 16 cores from ci-2core's times: use_case's 6 thread counts x 18 lines
+# x 3 repeats of 50 ms about 30 s; pool's 336 cells of 20 ms, one repeat (2048 threads in the largest, where thread
+# creation and the lock-free peers' spinning dominate), about 80 s: 3 repeats took 230 s on 2 cores.
+if [ "$QUICK" = 1 ]; then
+    ucargs=(--compare --ms 10 --repeats 1 --threads 1,2)
+    plargs=(--compare --seconds 0.005 --repeats 1 --threads 1,4)
+else
+    ucargs=(--compare --ms 50 --repeats 3)
+    plargs=(--compare --seconds 0.02 --repeats 1)
+fi
+whole 60 "$results/use_case.txt" "$uc" "${ucargs[@]}" --json "$results/use_case.json"
+whole 150 "$results/pool.txt" "$pl" "${plargs[@]}" --json "$results/pool.json"
 
 # hackbench: every policy, interleaved repeats. The guard around the I/O (the default, and the goal's setting) one group
 # count per step, so that running out of budget loses one count, not the table; then groups 1..16 with the guard
