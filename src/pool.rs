@@ -1,4 +1,4 @@
-//! `Pool<T>`: a per-CID object cache, the magazine layer of Bonwick and Adams indexed by CID (docs/pool.md).
+//! `Pool<T>`: a per-CID object cache, the magazine layer of Bonwick and Adams indexed by CID (design.md §13).
 //!
 //! # Layout
 //!
@@ -172,7 +172,7 @@ type Reset<T> = Box<dyn Fn(&mut T) + Send + Sync>;
 ///
 /// Memory is bounded: each CID keeps at most two magazines, the depot at most [`PoolBuilder::depot_limit`] full
 /// ones (a put beyond drops the object), and the magazines of CIDs nobody owns any more go back to the depot
-/// ([`Pool::trim`], and opportunistically on misses). Design and argument: docs/pool.md.
+/// ([`Pool::trim`], and opportunistically on misses). Design and argument: design.md §13.
 ///
 /// When not to use it: for objects cheaper than the allocator's fast path (a small `Box`), or where one thread
 /// makes and drops every object (a plain `Vec` is simpler). A [`CidGuard`] is not `Send`: across an `.await` hold
@@ -925,7 +925,7 @@ mod tests {
         (pool, reg)
     }
 
-    /// The magazine state machine of docs/pool.md, step by step: a CID fills `loaded`, then `previous` (no depot
+    /// The magazine state machine of design.md §13.2, step by step: a CID fills `loaded`, then `previous` (no depot
     /// trip), then trades its full `previous` at the depot; takes drain `loaded`, swap in `previous`, then trade
     /// at the depot; alternating at a magazine boundary stays off the depot.
     #[test]

@@ -1,4 +1,4 @@
-//! `Pool<T>` (docs/pool.md): stress with an independent checker (every object carries an in-use flag that must be
+//! `Pool<T>` (design.md §13): stress with an independent checker (every object carries an in-use flag that must be
 //! clear when it is handed out, and a drop counter that must end equal to what the pool says it caches), objects
 //! put back on other threads, reclaim after the group shrinks, the depot limit, panics in the factory and the reset
 //! hook, foreign guards, forgotten handles and guards, bad builder input, and a forked child. Scenarios are forced

@@ -1,4 +1,4 @@
-//! Model 16: the per-CID object cache (`Pool`, docs/pool.md; the orderings are in `src/pool.rs` and
+//! Model 16: the per-CID object cache (`Pool`, design.md §13; the orderings are in `src/pool.rs` and
 //! `Bitmap::try_claim`). A CID's magazines are plain memory behind a loom `UnsafeCell`, so two accesses to one
 //! slot that happens-before does not order (a reclaim against the CID's holder, or against its last holder's
 //! writes) are a reported causality violation. The objects carry a loom cell too, written before a put and read
