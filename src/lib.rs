@@ -211,6 +211,15 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
 
+// Thread-local destructors (`pthread_key_create`), fork handlers (`pthread_atfork`) and the platform calls are Unix's;
+// see "Platforms" above for what each one gets.
+#[cfg(not(unix))]
+compile_error!(
+    "mmcid supports Unix only: Linux (any architecture; restartable sequences on x86_64 with glibc), macOS, \
+     FreeBSD, NetBSD, OpenBSD, DragonFly, illumos and other Unix systems through its portable path; \
+     Windows is not supported"
+);
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;

@@ -14,17 +14,24 @@
 //! counter's whole-update sequences run `add_if` and `add_if_owned` (`registration/sequence.rs`). The examples'
 //! kernel `mm_cid` peer keeps its own copy of a sequence: it is an independent peer, not this crate's code.
 
-#[cfg(all(not(loom), target_os = "linux", target_env = "gnu", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    not(loom),
+    not(mmcid_portable),
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 mod area;
 #[cfg(loom)]
 mod loom;
-#[cfg(not(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
+#[cfg(not(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
 mod stubs;
-#[cfg(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
+#[cfg(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
 mod x86_64;
 
 #[cfg(all(
     not(loom),
+    not(mmcid_portable),
     target_os = "linux",
     target_env = "gnu",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -32,7 +39,7 @@ mod x86_64;
 pub(crate) use area::*;
 #[cfg(loom)]
 pub(crate) use loom::OnCpu;
-#[cfg(not(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
+#[cfg(not(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
 pub(crate) use stubs::*;
-#[cfg(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
+#[cfg(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
 pub(crate) use x86_64::*;

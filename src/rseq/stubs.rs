@@ -6,6 +6,7 @@
 /// No rseq area to read: `current_cpu` always asks `sched_getcpu`.
 #[cfg(not(all(
     not(loom),
+    not(mmcid_portable),
     target_os = "linux",
     target_env = "gnu",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -34,6 +35,7 @@ mod no_area {
 }
 #[cfg(not(all(
     not(loom),
+    not(mmcid_portable),
     target_os = "linux",
     target_env = "gnu",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -41,7 +43,7 @@ mod no_area {
 pub(crate) use no_area::*;
 
 /// No critical sections on this target. Not reached: `critical_sections()` is false.
-#[cfg(not(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
+#[cfg(not(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
 #[cfg_attr(loom, allow(dead_code))]
 mod no_sequences {
     #[inline(always)]
@@ -79,6 +81,6 @@ mod no_sequences {
         false
     }
 }
-#[cfg(not(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
+#[cfg(not(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
 #[cfg_attr(loom, allow(unused_imports))] // loom models the sequences in `loom.rs`
 pub(crate) use no_sequences::*;
