@@ -1,7 +1,7 @@
 //! Platform queries: current CPU, possible CPUs, affinity, membarrier. The algorithm never names a syscall. The
 //! kernel's rseq area and the restartable sequences are `rseq/`.
 //!
-//! One switch picks the implementation (design.md §12.4):
+//! One switch picks the implementation (design.md §12.6):
 //!
 //! * `linux.rs`: Linux (any architecture, glibc or musl): `sched_getcpu`, `sched_getaffinity`/`sched_setaffinity`
 //!   as raw system calls, the possible CPUs from sysfs and the kernel, membarrier;

@@ -1,6 +1,6 @@
 //! The platform calls on every other Unix (macOS, the BSDs, illumos, Android, ...), and on Linux built with
 //! `--cfg mmcid_portable`: no membarrier (groups use fences on both sides of each Dekker pair instead, design.md
-//! §12.4), no affinity API, and the current CPU from the OS where it has a call for it, else a stable per-thread
+//! §12.6), no affinity API, and the current CPU from the OS where it has a call for it, else a stable per-thread
 //! core. Only `std` and the few libc calls declared for those systems, checked in the libc crate's sources
 //! (0.2.191):
 //!
@@ -50,7 +50,7 @@ pub(crate) fn try_current_cpu() -> Result<usize, i32> {
 /// slot and counter shard stay the same (what the kernel's CPU number gives a thread that does not migrate), and
 /// compact, so the threads of a program spread evenly over the cores a group covers instead of piling onto
 /// core 0. Threads are not cores: two threads with one core share its slot as two threads preempted on one CPU
-/// do, which the algorithm handles (design.md §12.4).
+/// do, which the algorithm handles (design.md §12.6).
 #[inline]
 pub(crate) fn thread_core() -> usize {
     thread_local! {
@@ -97,7 +97,7 @@ pub(crate) fn pin_current(cpu: usize) -> Result<(), i32> {
     Ok(())
 }
 
-/// No membarrier: groups fall back to fences (design.md §12.4).
+/// No membarrier: groups fall back to fences (design.md §12.6).
 pub(crate) fn membarrier_available() -> bool {
     false
 }
