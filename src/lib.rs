@@ -171,7 +171,7 @@
 //! | platform | what it gets | cost of an enter+exit pair |
 //! |---|---|---|
 //! | Linux x86_64 with glibc ≥ 2.35 | restartable-sequence borrows, `membarrier` (compiler fences on the hot paths), the current CPU from rseq | per-task 1.4 ns, per-CPU 4.3 ns |
-//! | Linux on other architectures, or with musl | one CAS per per-CPU borrow, `membarrier`, `sched_getcpu` | per-CPU about 6.9 ns (1.6 ×) |
+//! | Linux on other architectures, or with musl | one CAS per per-CPU borrow, `membarrier`, the current CPU from rseq (glibc) or `sched_getcpu` | per-CPU about 6.9 ns (1.6 ×) |
 //! | macOS, FreeBSD, NetBSD, OpenBSD, DragonFly, illumos, Android, other Unix | the CAS, a full fence on both sides instead of `membarrier`, the OS's current-CPU call where it has one (FreeBSD, DragonFly, Android) else a stable core per thread, no pinning | per-task about 12 ns (a full fence each way); per-CPU the CAS and one fence |
 //! | Windows and other non-Unix targets | not supported: the build stops with an error naming these platforms | – |
 //!

@@ -99,3 +99,14 @@ fn the_per_thread_core_is_stable_and_allowed() {
         assert!(seen.windows(2).any(|w| w[0].0 != w[1].0), "every thread got the same core: {seen:?}");
     }
 }
+
+/// The portable path's groups use fences and CAS borrows whatever the builder asks (design.md §12.6), and its
+/// cores are every core `available_parallelism` counts.
+#[cfg(any(not(target_os = "linux"), mmcid_portable))]
+#[test]
+fn portable_groups_have_no_membarrier_and_no_sequences() {
+    let g = crate::Group::builder().asymmetric_fences(true).restartable_sequences(true).build().unwrap();
+    assert!(!g.uses_membarrier() && !g.uses_rseq());
+    let n = std::thread::available_parallelism().unwrap().get();
+    assert_eq!((possible_cpus(), crate::CpuSet::current().unwrap().len()), (n, n));
+}
