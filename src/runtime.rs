@@ -5,7 +5,8 @@
 //! pin to the chosen core with `sched_setaffinity`, check with `sched_getcpu` that it runs there, register in the
 //! group, declare the core to the registration (so entering never asks the OS where it runs) and publish the core
 //! in the thread's view. Its epilogue, run on return and on unwinding alike, drops the registration (I7) and
-//! clears the view.
+//! clears the view. On the portable path (design.md §12.6: every Unix but Linux) there is no affinity API: the core
+//! is declared, not pinned, and the check is skipped.
 //!
 //! Joining: each unscoped thread stores its closure's result (or panic payload) in a slot it shares with the
 //! user's [`JoinHandle`] before it exits, so a `join` never waits on anyone but that thread. The thread's `std`

@@ -7,7 +7,8 @@
 //! * `x86_64.rs`: the critical sections (`store_if`, `add_if`, `add_if_owned`: inline asm, each with its `struct
 //!   rseq_cs` descriptor and abort handler) and the one-load `cpu_id_in`;
 //! * `loom.rs`: the sequences as loom models them (`OnCpu`: one lock per core held across each sequence);
-//! * `stubs.rs`: everywhere else (other targets, aarch64's missing sequences, loom's missing area).
+//! * `stubs.rs`: everywhere else (other targets, `--cfg mmcid_portable`, aarch64's missing sequences, loom's
+//!   missing area).
 //!
 //! Who uses them: `sys::current_cpu` reads `cpu_id`; the core-slot protocol borrows with `store_if`
 //! (`inner/slots.rs`), the barriers wait for sequences with the RSEQ membarrier (`inner/barriers.rs`), and the

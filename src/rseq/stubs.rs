@@ -1,9 +1,9 @@
 //! The one set of stand-ins for what a platform lacks: without glibc's rseq area (targets other than Linux with
-//! glibc on x86_64 or aarch64, and loom, which models the sequences in `loom.rs` instead) `cpu_id` is unknown and
-//! no group uses sequences; without the critical sections (everywhere but x86_64 with the area) every sequence is
-//! "not committed". Groups never run one there: `critical_sections()` is false.
+//! glibc on x86_64 or aarch64, builds with `--cfg mmcid_portable`, and loom, which models the sequences in `loom.rs`
+//! instead) `cpu_id` is unknown and no group uses sequences; without the critical sections (everywhere but x86_64
+//! with the area) every sequence is "not committed". Groups never run one there: `critical_sections()` is false.
 
-/// No rseq area to read: `current_cpu` always asks `sched_getcpu`.
+/// No rseq area to read: `current_cpu` always asks the platform module (`sys/`).
 #[cfg(not(all(
     not(loom),
     not(mmcid_portable),
