@@ -128,13 +128,14 @@ fn descriptors_needed(groups: usize, fds: usize) -> usize {
 }
 
 /// The soft limit on open files (RLIMIT_NOFILE), `u64::MAX` for none or when it cannot be read.
+#[allow(clippy::unnecessary_cast)] // `rlim_t` is u64 on Linux, i64 on FreeBSD
 fn descriptor_limit() -> u64 {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
         return u64::MAX;
     }
-    lim.rlim_cur
+    lim.rlim_cur as u64
 }
 
 /// Messages (sent + received) and bytes of one run of `groups` groups, as counted in the per-CID data; None when
@@ -1408,6 +1409,8 @@ mod tests {
     /// every million adds and is bounded by a count, not a clock: where reading the clock or the usage is slow
     /// (an emulated 64-CPU guest whose clock source is the HPET), checking more often made the checks, system
     /// time, most of the 20 ms.
+    // `RUSAGE_THREAD` is Linux's, FreeBSD's and OpenBSD's (not macOS's or NetBSD's).
+    #[cfg(any(target_os = "linux", target_os = "freebsd", target_os = "openbsd"))]
     #[test]
     fn usage_splits_user_time() {
         let before = Usage::of(libc::RUSAGE_THREAD);
@@ -1424,6 +1427,8 @@ mod tests {
         assert!(used.user_s > 0.5 * used.cpu_s && used.user_s <= used.cpu_s + 1e-9, "{used:?} ({x})");
     }
 
+    // `RUSAGE_THREAD` is Linux's, FreeBSD's and OpenBSD's (not macOS's or NetBSD's).
+    #[cfg(any(target_os = "linux", target_os = "freebsd", target_os = "openbsd"))]
     #[test]
     fn usage_counts_a_sleep_as_a_voluntary_switch() {
         // A sleep whose system call itself outlasts the sleep returns without blocking (seen in an emulated

@@ -5,7 +5,8 @@
 # a markdown table of Δinstructions / Δiterations, which cancels start-up, group set-up and teardown.
 #
 # usage: scripts/callgrind.sh [N1 N2]        (default 100000 1100000)
-# env:   MODES="per-task per-task-fallback per-cpu per-cpu-unpinned temporary group-enter counter-add counter-add-with"   KEEP=1 keeps the callgrind.out files
+# env:   RUSTFLAGS="--cfg mmcid_portable" CARGO_TARGET_DIR=target/portable counts the portable path (design.md §12.6)
+#        MODES="per-task per-task-fallback per-cpu per-cpu-unpinned temporary group-enter counter-add counter-add-with"   KEEP=1 keeps the callgrind.out files
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ MODES=${MODES:-"per-task per-task-fallback per-cpu per-cpu-unpinned temporary gr
 command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }
 
 cargo build --release --example enter_exit_loop >&2
-BIN=target/release/examples/enter_exit_loop
+BIN=${CARGO_TARGET_DIR:-target}/release/examples/enter_exit_loop
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/mmcid-callgrind.XXXXXX")
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$OUT"' EXIT
 

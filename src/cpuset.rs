@@ -42,7 +42,8 @@ impl std::hash::Hash for CpuSet {
 }
 
 impl CpuSet {
-    /// The calling thread's affinity mask.
+    /// The calling thread's affinity mask; every core (`0..available_parallelism`) outside Linux, where this crate
+    /// reads no affinity mask.
     pub fn current() -> Result<CpuSet, Error> {
         let cpus = sys::affinity().map_err(|errno| Error::Os { what: "sched_getaffinity", errno })?;
         let set = CpuSet::raw(cpus);

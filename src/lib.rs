@@ -162,6 +162,28 @@
 //! [`Stats::enter_cpu_extra`] and [`Stats::enter_temporary`] against the other `enter_*` counts of
 //! [`Group::stats`] show how often that happens.
 //!
+//! ## Platforms
+//!
+//! mmcid builds on every Unix; the fastest path needs Linux
+//! ([design §12.6](docs::design#126-platforms-without-the-linux-calls-the-portable-path) has the arguments).
+//! Costs are from `docs/benchmarks.md` (a 2-core x86_64 VM: an enter and its guard's drop).
+//!
+//! | platform | what it gets | cost of an enter+exit pair |
+//! |---|---|---|
+//! | Linux x86_64 with glibc ≥ 2.35 | restartable-sequence borrows, `membarrier` (compiler fences on the hot paths), the current CPU from rseq | per-task 1.4 ns, per-CPU 4.3 ns |
+//! | Linux on other architectures, or with musl | one CAS per per-CPU borrow, `membarrier`, the current CPU from rseq (glibc) or `sched_getcpu` | per-CPU about 6.9 ns (1.6 ×) |
+//! | macOS, FreeBSD, NetBSD, OpenBSD, DragonFly, illumos, Android, other Unix | the CAS, a full fence on both sides instead of `membarrier`, the OS's current-CPU call where it has one (FreeBSD, DragonFly, Android) else a stable core per thread, no pinning | per-task about 12 ns (a full fence each way); per-CPU the CAS and one fence |
+//! | Windows and other non-Unix targets | not supported: the build stops with an error naming these platforms | – |
+//!
+//! Every path gives the same guarantees (exclusive CIDs, the same bounds); only the cost differs. Where the OS
+//! cannot say which CPU a thread runs on (macOS, NetBSD, OpenBSD, illumos), each thread gets a core once (the
+//! `n`th thread core `n % cores`) and keeps it: threads share a core's slot by that number rather than by the CPU
+//! they run on (less locality, the same exclusivity). Outside Linux, [`CpuSet::current`] is every core and
+//! [`Runtime`] declares each thread's core to its group without pinning the thread (no affinity API is used).
+//! [`Group::uses_rseq`] and [`Group::uses_membarrier`] say what a group got;
+//! [`GroupBuilder::restartable_sequences`] and [`GroupBuilder::asymmetric_fences`] switch either off. Building
+//! with `RUSTFLAGS="--cfg mmcid_portable"` selects the portable path on Linux too (CI runs the test suite so).
+//!
 //! ## Platform and process events
 //!
 //! What a group does when the platform or the process does something the protocol cannot see coming
@@ -172,7 +194,7 @@
 //!   instead of a compiler fence ([`Group::uses_membarrier`]). Where restartable sequences are not available
 //!   (another target than x86_64 Linux with glibc ≥ 2.35, `glibc.pthread.rseq=0`, valgrind, no RSEQ membarrier,
 //!   virtual cores) per-CPU borrows are a CAS ([`Group::uses_rseq`]) and the current CPU comes from
-//!   `sched_getcpu`. A thread of an rseq group whose own rseq area is not registered takes temporary CIDs.
+//!   `sched_getcpu` (see "Platforms" for other systems). A thread of an rseq group whose own rseq area is not registered takes temporary CIDs.
 //!   All of these are correct, only slower.
 //! * **`membarrier` failing later.** A call can fail after registration: ENOMEM (the kernel could not allocate
 //!   its CPU mask), or any errno from a seccomp filter installed after the group was built. ENOMEM is retried
@@ -210,6 +232,15 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations, clippy::undocumented_unsafe_blocks)]
+
+// Thread-local destructors (`pthread_key_create`), fork handlers (`pthread_atfork`) and the platform calls are Unix's;
+// the crate docs' "Platforms" table says what each one gets.
+#[cfg(not(unix))]
+compile_error!(
+    "mmcid supports Unix only: Linux (any architecture; restartable sequences on x86_64 with glibc), macOS, \
+     FreeBSD, NetBSD, OpenBSD, DragonFly, illumos and other Unix systems through its portable path; \
+     Windows is not supported"
+);
 
 #[doc(hidden)]
 #[path = "private.rs"]

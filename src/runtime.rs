@@ -5,7 +5,8 @@
 //! pin to the chosen core with `sched_setaffinity`, check with `sched_getcpu` that it runs there, register in the
 //! group, declare the core to the registration (so entering never asks the OS where it runs) and publish the core
 //! in the thread's view. Its epilogue, run on return and on unwinding alike, drops the registration (I7) and
-//! clears the view.
+//! clears the view. On the portable path (design.md §12.6: every Unix but Linux) there is no affinity API: the core
+//! is declared, not pinned, and the check is skipped.
 //!
 //! Joining: each unscoped thread stores its closure's result (or panic payload) in a slot it shares with the
 //! user's [`JoinHandle`] before it exits, so a `join` never waits on anyone but that thread. The thread's `std`
@@ -214,6 +215,10 @@ fn probe(cpus: &CpuSet) -> Result<(), Error> {
 fn pin_and_verify(cpu: usize) -> Result<(), Error> {
     let os = |what: &str, errno: i32| format!("{what} failed: {}", std::io::Error::from_raw_os_error(errno));
     sys::pin_current(cpu).map_err(|errno| Error::PinFailed { cpu, reason: os("sched_setaffinity", errno) })?;
+    if !sys::PINS {
+        // No affinity API (the portable path): the core is declared to the group, not enforced by the OS.
+        return Ok(());
+    }
     match sys::try_current_cpu() {
         Ok(now) if now == cpu => Ok(()),
         Ok(now) => Err(Error::PinFailed { cpu, reason: format!("the thread runs on CPU {now} after pinning") }),

@@ -252,9 +252,10 @@ fn i1_i8_churn_crossing_modes_real_cores_cas() {
     churn(group, None, workers, 20);
 }
 
-/// Whether this platform should give real-core groups rseq borrows: x86_64 and a glibc that registered an area
-/// (`__rseq_size` is 0 when registration failed, e.g. under valgrind). The kernel side (the RSEQ membarrier) is
-/// assumed present wherever glibc could register.
+/// Whether this platform should give real-core groups rseq borrows: Linux on x86_64 with glibc (not built with
+/// `--cfg mmcid_portable`), where glibc registered an area (`__rseq_size` is 0 when registration failed, e.g.
+/// under valgrind) and the kernel has the RSEQ membarrier. Nowhere else.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu", not(mmcid_portable)))]
 fn rseq_expected() -> bool {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no other preconditions.
     let size = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) };
@@ -262,13 +263,17 @@ fn rseq_expected() -> bool {
     let membarrier = unsafe { libc::syscall(libc::SYS_membarrier, 0, 0, 0) };
     const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
     const PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
-    cfg!(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))
-        && !size.is_null()
+    !size.is_null()
         // SAFETY: glibc defines `__rseq_size` as a `const unsigned int`. At least 16: the area's `rseq_cs`
         // (bytes 8..16), which the sequences arm, must be registered.
         && unsafe { *(size as *const u32) } >= 16
         && membarrier > 0
         && membarrier & (PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ) == PRIVATE_EXPEDITED | PRIVATE_EXPEDITED_RSEQ
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu", not(mmcid_portable))))]
+fn rseq_expected() -> bool {
+    false
 }
 
 /// The process's first two allowed CPUs, or `None` (and a line saying `test` has nothing to check) if it has one.
@@ -281,13 +286,25 @@ fn two_allowed_cpus(test: &str) -> Option<[usize; 2]> {
     two
 }
 
-/// Enters `reg` once from a thread pinned to real CPU `cpu`: the guard's kind and CID.
+/// Enters `reg` once from a thread pinned to real CPU `cpu`: the guard's kind and CID. On the portable path (no
+/// current-CPU call on macOS, and none used with `--cfg mmcid_portable`) a pinned thread's core is not its CPU, so
+/// the thread declares the core instead (`Registration::set_cpu`, as `Runtime` does there): the same enter on
+/// the same core.
 fn enter_pinned(cpu: usize, reg: &mut mmcid::Registration) -> (CidKind, usize) {
+    let portable = cfg!(any(not(target_os = "linux"), mmcid_portable));
     thread::scope(|s| {
         s.spawn(|| {
-            assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to CPU {cpu}");
-            let g = reg.enter();
-            (g.kind(), g.cid().get())
+            if portable {
+                reg.set_cpu(Some(cpu)).unwrap();
+            } else {
+                assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to CPU {cpu}");
+            }
+            let (kind, cid) = {
+                let g = reg.enter();
+                (g.kind(), g.cid().get())
+            };
+            reg.set_cpu(None).unwrap();
+            (kind, cid)
         })
         .join()
         .unwrap()
@@ -832,7 +849,10 @@ fn steal_storms_end_in_per_task_mode_on_real_cpus_rseq_and_cas() {
                 (0..20)
                     .map(|i| {
                         let cpu = if i % 2 == 0 { a } else { b };
-                        assert!(core_affinity::set_for_current(core_affinity::CoreId { id: cpu }), "pin to {cpu}");
+                        // Declaring the core is enough for CAS groups, so pinning may fail where the OS has no
+                        // affinity API (macOS on arm64).
+                        let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                        assert!(pinned || !group.uses_rseq(), "pin to {cpu}");
                         lone.set_cpu(Some(cpu)).unwrap(); // for CAS groups (rseq groups read the CPU themselves)
                         lone.enter().cid().get()
                     })

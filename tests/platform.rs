@@ -7,6 +7,9 @@
 //! (glibc's), and print nothing (another thread may have held the output lock at the fork). A child reports what
 //! went wrong through its exit status.
 
+// Elsewhere only the fork and signal scenarios build; the seccomp one needs Linux.
+#![cfg_attr(not(target_os = "linux"), allow(unused_imports, dead_code))]
+
 mod common;
 
 use common::Occupancy;
@@ -73,7 +76,8 @@ fn to_stderr(line: &str) {
 
 /// Installs a seccomp filter on the calling process's threads that makes every `membarrier` fail with EPERM
 /// (`SECCOMP_RET_ERRNO`), everything else allowed. `Err(code)` for the child to exit with if that is refused.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+// seccomp and membarrier: Linux's.
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn deny_membarrier() -> Result<(), i32> {
     #[cfg(target_arch = "x86_64")]
     const AUDIT_ARCH: u32 = 0xc000_003e; // AUDIT_ARCH_X86_64
@@ -112,6 +116,7 @@ fn deny_membarrier() -> Result<(), i32> {
 }
 
 /// Pins the calling thread to `cpu`.
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn pin(cpu: usize) -> bool {
     core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
 }
@@ -123,7 +128,7 @@ fn pin(cpu: usize) -> bool {
 /// the group borrows with restartable sequences and two CPUs are allowed) a steal's claim fails; the audits stay
 /// consistent, every CID is free at the end, and the failures are counted.
 #[test]
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn a_membarrier_refused_for_good_does_not_abort_and_stays_exclusive() {
     let real = Group::new();
     let sim = Group::builder().virtual_cpus(4).build().unwrap();
@@ -371,7 +376,9 @@ fn a_signal_handler_may_enter_with_a_registration_of_its_own() {
         move || {
             let handler_reg = Box::into_raw(Box::new(group.register()));
             HANDLER_REG.store(handler_reg, SeqCst);
-            ready_tx.send(()).unwrap();
+            // As an integer: `pthread_t` is one on glibc, a pointer on musl (and std's `as_pthread_t` is neither).
+            // SAFETY: pthread_self has no preconditions.
+            ready_tx.send(unsafe { libc::pthread_self() } as usize).unwrap();
             let clashes = churn(group, stop)();
             HANDLER_REG.store(std::ptr::null_mut(), SeqCst);
             // SAFETY: made by Box::into_raw above; no handler runs any more (every signal was handled before
@@ -380,12 +387,11 @@ fn a_signal_handler_may_enter_with_a_registration_of_its_own() {
             clashes
         }
     });
-    ready_rx.recv().unwrap();
-    use std::os::unix::thread::JoinHandleExt;
+    let worker_thread = ready_rx.recv().unwrap() as libc::pthread_t;
     const SIGNALS: usize = 500;
     for sent in 0..SIGNALS {
         // SAFETY: the worker is not joined yet, so its pthread_t is valid.
-        assert_eq!(unsafe { libc::pthread_kill(worker.as_pthread_t(), libc::SIGUSR1) }, 0);
+        assert_eq!(unsafe { libc::pthread_kill(worker_thread, libc::SIGUSR1) }, 0);
         let deadline = Instant::now() + Duration::from_secs(30);
         while HANDLED.load(SeqCst) == sent {
             assert!(Instant::now() < deadline, "signal {} not handled in 30 s", sent + 1);

@@ -10,11 +10,20 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread;
 use std::time::Duration;
 
-fn sched_getcpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    assert!(cpu >= 0, "sched_getcpu failed");
-    cpu as usize
+/// The CPU the OS runs the calling runtime thread on, pinned to `core`: `sched_getcpu` on Linux; `core` itself on
+/// the portable path (macOS, the BSDs, `--cfg mmcid_portable`), where a runtime thread's core is declared to its
+/// group but not enforced by the OS (no portable affinity API).
+fn running_cpu(core: usize) -> usize {
+    #[cfg(all(target_os = "linux", not(mmcid_portable)))]
+    {
+        let _ = core;
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        assert!(cpu >= 0, "sched_getcpu failed");
+        cpu as usize
+    }
+    #[cfg(not(all(target_os = "linux", not(mmcid_portable))))]
+    core
 }
 
 /// An independent exclusivity check: one counter per CID, which must go 0 → 1 at enter and back before drop.
@@ -95,7 +104,7 @@ fn pinning_is_verified_on_every_core() {
         let cpu = ctx.cpu();
         assert_eq!(ctx.registration().cpu(), Some(cpu));
         for i in 0..300 {
-            assert_eq!(sched_getcpu(), cpu, "runtime thread left its core");
+            assert_eq!(running_cpu(cpu), cpu, "runtime thread left its core");
             let view = current().unwrap();
             assert_eq!((view.cpu(), view.is_pinned()), (cpu, true));
             if i % 16 == 0 {
@@ -133,7 +142,7 @@ fn spawn_places_round_robin_and_oversubscribes_beyond_capacity() {
                 let _breaker = phases.breaker();
                 phases.wait(); // all 2n threads registered and alive at once
                 phases.wait(); // checked
-                (ctx.cpu(), sched_getcpu(), ctx.index())
+                (ctx.cpu(), running_cpu(ctx.cpu()), ctx.index())
             })
         })
         .collect();
@@ -459,10 +468,17 @@ fn bad_input_is_a_typed_error() {
     assert_eq!(inner, Ok(CpuSet::current().unwrap()));
     assert_eq!(named, Ok(CpuSet::current().unwrap()));
     assert_eq!(widened, Ok(()));
-    assert_eq!(default.unwrap(), CpuSet::from_cpus([cpus[0]]).unwrap(), "default: the thread's mask");
+    // Without an affinity API (the portable path) the runtime thread's mask is still every core.
+    let mask = if cfg!(all(target_os = "linux", not(mmcid_portable))) {
+        CpuSet::from_cpus([cpus[0]])
+    } else {
+        CpuSet::current()
+    };
+    assert_eq!(default.unwrap(), mask.unwrap(), "default: the thread's mask");
 }
 
 /// Pins thread `tid` (0: the calling one) to `cpu`.
+#[cfg(all(target_os = "linux", not(mmcid_portable)))]
 fn narrow(tid: libc::pid_t, cpu: usize) {
     // SAFETY: cpu_set_t is plain old data; `cpu` is below its bit size (a CPU of this machine).
     let rc = unsafe {
@@ -477,6 +493,8 @@ fn narrow(tid: libc::pid_t, cpu: usize) {
 /// to one CPU after taking the set of all: a second CPU given as a number, or in a set that skipped the check
 /// (`virtual_set`), is refused by every path that takes real cores; virtual groups do not care; and the set taken
 /// before narrowing stays valid for groups (checked when it was made: a thread may pin itself after taking it).
+// Narrows affinity masks: Linux's calls.
+#[cfg(all(target_os = "linux", not(mmcid_portable)))]
 #[test]
 fn a_cpu_outside_every_mask_is_refused_by_every_path() {
     const CHILD: &str = "MMCID_TEST_ONE_CPU_CHILD";

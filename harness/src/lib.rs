@@ -720,7 +720,18 @@ pub mod testing {
     /// Like [`spawn_bounded`], but returns only once `f` sleeps in the kernel (state `S` in
     /// `/proc/self/task/TID/stat`): a test of what frees a thread blocked in a system call then knows it is
     /// blocked, instead of sleeping and hoping. `f` must block in its first system call; panics if it has not
-    /// after 10 s.
+    /// after 10 s. Without Linux's `/proc` it gives `f` 200 ms to get there.
+    #[cfg(not(target_os = "linux"))]
+    pub fn spawn_blocked<T: Send + 'static>(
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> impl FnOnce() -> Result<T, &'static str> {
+        let wait = spawn_bounded(f);
+        std::thread::sleep(Duration::from_millis(200));
+        wait
+    }
+
+    /// See the other platforms' `spawn_blocked` above.
+    #[cfg(target_os = "linux")]
     pub fn spawn_blocked<T: Send + 'static>(
         f: impl FnOnce() -> T + Send + 'static,
     ) -> impl FnOnce() -> Result<T, &'static str> {

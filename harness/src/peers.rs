@@ -3,6 +3,9 @@
 //! `mm_cid`, the way the kernel's rseq selftests and the rseq library count per CPU. Used by `examples/use_case.rs`
 //! and the benches (`bench.rs`).
 
+// The kernel-mm_cid peer (`Rseq`) is x86_64 code; elsewhere its probe fails and the rest is not reached.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -12,12 +15,18 @@ pub fn possible_cpus() -> usize {
     mmcid::CpuSet::possible_cpus()
 }
 
-/// The CPU the calling thread runs on (glibc reads it from the rseq area); 0 if the call fails.
+/// The CPU the calling thread runs on (glibc reads it from the rseq area); 0 if the call fails. Where libc
+/// declares no `sched_getcpu` (macOS, NetBSD, OpenBSD, illumos), the library's own answer there.
 #[inline(always)]
 pub fn getcpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions; -1 (error) maps to 0.
-    let cpu = unsafe { libc::sched_getcpu() };
-    cpu.max(0) as usize
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "dragonfly"))]
+    {
+        // SAFETY: sched_getcpu has no preconditions; -1 (error) maps to 0.
+        let cpu = unsafe { libc::sched_getcpu() };
+        cpu.max(0) as usize
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "dragonfly")))]
+    mmcid::__private::current_cpu()
 }
 
 /// One cache-padded `AtomicU64` per index.
@@ -65,6 +74,7 @@ pub struct Rseq {
 /// Byte offset of `mm_cid` in `struct rseq`.
 const MM_CID: isize = 24;
 /// `getauxval` key for the kernel's rseq feature size.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 const AT_RSEQ_FEATURE_SIZE: libc::c_ulong = 27;
 
 impl Rseq {

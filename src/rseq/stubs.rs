@@ -1,11 +1,12 @@
 //! The one set of stand-ins for what a platform lacks: without glibc's rseq area (targets other than Linux with
-//! glibc on x86_64 or aarch64, and loom, which models the sequences in `loom.rs` instead) `cpu_id` is unknown and
-//! no group uses sequences; without the critical sections (everywhere but x86_64 with the area) every sequence is
-//! "not committed". Groups never run one there: `critical_sections()` is false.
+//! glibc on x86_64 or aarch64, builds with `--cfg mmcid_portable`, and loom, which models the sequences in `loom.rs`
+//! instead) `cpu_id` is unknown and no group uses sequences; without the critical sections (everywhere but x86_64
+//! with the area) every sequence is "not committed". Groups never run one there: `critical_sections()` is false.
 
-/// No rseq area to read: `current_cpu` always asks `sched_getcpu`.
+/// No rseq area to read: `current_cpu` always asks the platform module (`sys/`).
 #[cfg(not(all(
     not(loom),
+    not(mmcid_portable),
     target_os = "linux",
     target_env = "gnu",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -34,6 +35,7 @@ mod no_area {
 }
 #[cfg(not(all(
     not(loom),
+    not(mmcid_portable),
     target_os = "linux",
     target_env = "gnu",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -41,7 +43,7 @@ mod no_area {
 pub(crate) use no_area::*;
 
 /// No critical sections on this target. Not reached: `critical_sections()` is false.
-#[cfg(not(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
+#[cfg(not(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
 #[cfg_attr(loom, allow(dead_code))]
 mod no_sequences {
     #[inline(always)]
@@ -79,6 +81,6 @@ mod no_sequences {
         false
     }
 }
-#[cfg(not(all(not(loom), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
+#[cfg(not(all(not(loom), not(mmcid_portable), target_os = "linux", target_env = "gnu", target_arch = "x86_64")))]
 #[cfg_attr(loom, allow(unused_imports))] // loom models the sequences in `loom.rs`
 pub(crate) use no_sequences::*;

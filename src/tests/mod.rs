@@ -2,6 +2,8 @@
 //! and what they share.
 
 mod platform;
+// glibc's rseq area, `sched_getcpu` and real pinning: Linux's platform calls.
+#[cfg(all(target_os = "linux", target_env = "gnu", not(mmcid_portable)))]
 mod rseq;
 mod slots;
 mod sys;
