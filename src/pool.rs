@@ -18,8 +18,8 @@
 //!   nobody, and a child process that inherited the lock held (`fork` while another thread held it) still works,
 //!   with its magazines and the factory.
 //! * **Reclaim.** A CID whose bit is clear in the group's bitmap has no owner: no guard holds it and none can
-//!   until someone takes it. [`Pool::trim`] (and, every 64th miss, a take that misses while the pool has more
-//!   slots than the group's `max_cids`) claims such a CID in the bitmap itself, exactly as a temporary guard
+//!   until someone takes it. [`Pool::trim`] (and a take that finds nothing in its magazines nor in the depot,
+//!   before it calls the factory) claims such a CID in the bitmap itself, exactly as a temporary guard
 //!   would, moves its magazines to the depot (what does not fit is dropped), and gives the CID back. The claim's
 //!   Acquire pairs with the last holder's Release, so the magazines are exclusively the reclaimer's and their
 //!   contents visible; its release pairs with the next holder's acquire.
@@ -44,8 +44,6 @@ const MAX_DEPOT_LIMIT: usize = 1 << 20;
 const DEPOT_TRIES: u32 = 64;
 #[cfg(loom)]
 const DEPOT_TRIES: u32 = 2;
-/// A take that misses tries an opportunistic reclaim once every this many misses.
-const RECLAIM_EVERY: usize = 64;
 
 /// A magazine: at most its capacity (`magazine_size`) boxed objects; capacity 0 while not allocated.
 type Magazine<T> = Vec<Box<T>>;
@@ -358,9 +356,8 @@ impl<T: Send + 'static> Pool<T> {
     #[cfg(not(loom))]
     #[inline]
     pub fn get(&self) -> Pooled<'_, T> {
-        let guard = self.group.enter();
-        let obj = self.take_at(guard.cid().get());
-        drop(guard);
+        // The thread's parked registration, entered in place for the take only: no guard, no view of the CID.
+        let obj = crate::local::with_cid(&self.group, |cid| self.take_at(cid));
         Pooled { pool: self, obj: ManuallyDrop::new(obj) }
     }
 
@@ -517,6 +514,12 @@ impl<T: Send + 'static> Pool<T> {
         if let Some(reset) = &self.reset {
             self.run_reset(reset, &mut obj);
         }
+        self.push_at(cid, obj);
+    }
+
+    /// `put_at` after the reset hook: the push itself.
+    #[inline(always)]
+    fn push_at(&self, cid: usize, obj: Box<T>) {
         let slot = self.slots.get_cid(cid);
         // SAFETY: as in `take_at`.
         let full = unsafe {
@@ -543,11 +546,9 @@ impl<T: Send + 'static> Pool<T> {
         if let Some(obj) = self.exchange_full(slot) {
             return obj;
         }
-        // Relaxed: a hint for pacing the reclaim.
-        let misses = self.counters.misses.load(Relaxed);
-        if misses % RECLAIM_EVERY == RECLAIM_EVERY - 1 && self.slots.shards_allocated() > self.group.max_cids() {
-            // More slots than the group's bound: some belong to CIDs at or above it, which converged threads leave.
-            self.reclaim_above(self.group.max_cids());
+        // Nothing here nor in the depot: before the factory, give back the magazines of CIDs nobody owns (their
+        // threads exited, or the group converged below them), so objects stranded there are found again.
+        if self.slots.shards_allocated() > 1 && self.reclaim_idle() {
             if let Some(obj) = self.exchange_full(slot) {
                 return obj;
             }
@@ -633,18 +634,21 @@ impl<T: Send + 'static> Pool<T> {
         }
     }
 
-    /// Reclaims the slots of CIDs `from` and above that look idle with objects in them: a take's opportunistic
-    /// reclaim, one thread at a time (the others go on to the factory).
+    /// Reclaims the slots of CIDs that look idle with objects in them: a missing take's reclaim, one thread at a
+    /// time (the others go on to the factory). Returns whether it moved any magazine to the depot. Costs a Relaxed
+    /// load per slot, and a claim per idle slot with objects.
     #[cold]
-    fn reclaim_above(&self, from: usize) {
+    fn reclaim_idle(&self) -> bool {
         // Relaxed: a try-flag that keeps scans from piling up; it orders nothing (claims do).
         if self.counters.reclaiming.swap(1, Relaxed) != 0 {
-            return;
+            return false;
         }
-        for (cid, slot) in self.slots.iter().filter(|&(cid, _)| cid.get() >= from) {
+        let before = self.counters.reclaimed.load(Relaxed);
+        for (cid, slot) in self.slots.iter() {
             self.reclaim(cid.get(), slot, true);
         }
         self.counters.reclaiming.store(0, Relaxed);
+        self.counters.reclaimed.load(Relaxed) != before
     }
 
     /// If CID `cid` has no owner, claims it, moves its magazines to the depot (what does not fit is freed) and
@@ -757,14 +761,16 @@ impl<T: Send + 'static> Pool<T> {
     /// `Pooled::drop`: puts `obj` back through the thread-local layer. While the thread unwinds, a pool with a
     /// reset hook drops the object instead (a hook that panicked then would abort the process).
     #[cfg(not(loom))]
-    #[inline]
-    fn put_local(&self, obj: Box<T>) {
-        if self.reset.is_some() && std::thread::panicking() {
-            return self.discard(obj);
+    #[inline(always)]
+    fn put_local(&self, mut obj: Box<T>) {
+        if let Some(reset) = &self.reset {
+            if std::thread::panicking() {
+                return self.discard(obj);
+            }
+            // Before the enter: user code runs holding no CID.
+            self.run_reset(reset, &mut obj);
         }
-        let guard = self.group.enter();
-        self.put_at(guard.cid().get(), obj);
-        drop(guard);
+        crate::local::with_cid(&self.group, |cid| self.push_at(cid, obj));
     }
 }
 
@@ -870,7 +876,7 @@ impl<T: Send + 'static> DerefMut for Pooled<'_, T> {
 }
 
 impl<T: Send + 'static> Drop for Pooled<'_, T> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: taken exactly once, here; `self.obj` is not used again.
         let obj = unsafe { ManuallyDrop::take(&mut self.obj) };

@@ -309,8 +309,8 @@ fn trim_skips_cids_still_owned() {
     balanced(&pool, &checker);
 }
 
-/// Takes that miss while the pool has more slots than `max_cids` reclaim the idle slots above it (every 64th
-/// miss), so objects stranded by exited threads come back without a `trim`.
+/// Takes that miss while the pool has more slots than `max_cids` reclaim the idle slots above it, so objects
+/// stranded by exited threads come back without a `trim`.
 #[test]
 fn misses_reclaim_the_magazines_of_idle_high_cids() {
     let group = Group::builder().virtual_cpus(16).build().unwrap();
@@ -566,5 +566,34 @@ fn a_forked_child_can_use_the_pool() {
     stop.store(true, SeqCst);
     churners.into_iter().for_each(|c| c.join().unwrap());
     let pool = Arc::into_inner(pool).unwrap();
+    balanced(&pool, &checker);
+}
+
+/// A thread that exits leaves its objects in its CID's magazine; the next take that misses (its own magazines and
+/// the depot empty) reclaims them before calling the factory, with no `trim` and however few slots the pool has
+/// (thread churn: nothing stays stranded).
+#[test]
+fn a_miss_finds_the_magazine_of_an_exited_thread() {
+    let group = Group::builder().virtual_cpus(16).build().unwrap();
+    let checker = Arc::new(Checker::default());
+    let pool = Pool::builder(&group, factory(&checker)).magazine_size(8).depot_limit(4).build().unwrap();
+    let mut reg = group.register();
+    let mut guard = reg.enter(); // holds a CID, so the thread below takes another one
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut reg = pool.group().register();
+            let mut guard = reg.enter();
+            let objs: Vec<_> = (0..3).map(|_| pool.take(&mut guard)).collect();
+            objs.into_iter().for_each(|o| pool.put(&mut guard, o));
+        }); // its registration drops: its CID is free, its magazine holds 3 objects
+    });
+    let s = pool.stats();
+    assert_eq!((s.slots, s.cached, s.created), (1, 3, 3), "{s:?}");
+    assert!(s.slots <= group.max_cids());
+    let held: Vec<_> = (0..3).map(|_| pool.take(&mut guard)).collect();
+    let s = pool.stats();
+    assert_eq!((s.created, s.reclaimed), (3, 1), "the exited thread's objects were reused: {s:?}");
+    held.into_iter().for_each(|o| pool.put(&mut guard, o));
+    drop(guard);
     balanced(&pool, &checker);
 }
