@@ -10,6 +10,9 @@
 //! arms them, sleep first (or after) in the calling thread, so that the fork lands in the window every time.
 #![cfg(all(target_os = "linux", target_env = "gnu"))]
 
+mod common;
+
+use common::{in_child, Child};
 use mmcid::Group;
 use std::cell::{Cell, RefCell};
 use std::process::Command;
@@ -53,53 +56,6 @@ fn in_own_process(name: &str, scenario: fn()) {
     assert!(status.success(), "{name}: the scenario's process failed: {status}");
 }
 
-/// How a forked child ended.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-enum Child {
-    /// `_exit(code)`: 0 success, 101 a panic.
-    Exited(i32),
-    /// Killed by this signal.
-    Signalled(i32),
-    /// Still running after `CHILD_LIMIT`, then killed.
-    Hung,
-}
-
-/// Forks: the child runs `child` and `_exit`s with its result (101 if it panicked; it prints nothing, another
-/// thread may have held the output lock at the fork); the parent waits for it up to `CHILD_LIMIT`.
-fn fork_and_wait(child: impl FnOnce() -> i32) -> Child {
-    // SAFETY: fork has no preconditions; the child runs `child` and `_exit`s, never returning into the caller.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-    if pid == 0 {
-        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
-        // SAFETY: _exit has no preconditions.
-        unsafe { libc::_exit(code) }
-    }
-    let deadline = Instant::now() + CHILD_LIMIT;
-    loop {
-        let mut status = 0;
-        // SAFETY: our own child; `status` is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert!(rc >= 0, "waitpid: {}", std::io::Error::last_os_error());
-        if rc == pid {
-            return if libc::WIFEXITED(status) {
-                Child::Exited(libc::WEXITSTATUS(status))
-            } else {
-                Child::Signalled(libc::WTERMSIG(status))
-            };
-        }
-        if Instant::now() >= deadline {
-            // SAFETY: kill and a blocking waitpid on our own unreaped child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return Child::Hung;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// What a child checks: the group's lifecycle operations, enters through both layers, and a fork of its own
 /// (whose prepare handler waits for every group's locks) all finish.
 fn group_works(g: &Group) -> i32 {
@@ -111,7 +67,7 @@ fn group_works(g: &Group) -> i32 {
     }
     let _ = g.stats();
     drop(r);
-    match fork_and_wait(|| 0) {
+    match in_child(CHILD_LIMIT, || 0) {
         Child::Exited(0) => 0,
         _ => 3,
     }
@@ -204,7 +160,7 @@ struct ForkAtExit(Group);
 impl Drop for ForkAtExit {
     fn drop(&mut self) {
         let g = self.0.clone();
-        let code = match fork_and_wait(move || group_works(&g)) {
+        let code = match in_child(CHILD_LIMIT, move || group_works(&g)) {
             Child::Exited(code) => code,
             Child::Signalled(_) => 1000,
             Child::Hung => 2000,
@@ -227,7 +183,7 @@ fn fork_from_a_destructor() {
         FORK_AT_EXIT.with(|f| *f.borrow_mut() = Some(ForkAtExit(g2.clone())));
         // A fork from this thread while its thread-locals are alive: any thread-local state the handlers keep is
         // made now, after `FORK_AT_EXIT`, and so destroyed before its destructor forks.
-        assert_eq!(fork_and_wait(|| 0), Child::Exited(0));
+        assert_eq!(in_child(CHILD_LIMIT, || 0), Child::Exited(0));
         let mut r = g2.register();
         drop(r.enter());
     })
@@ -262,7 +218,7 @@ fn fork_during_first_lend(when: u8) {
         thread::yield_now();
     }
     // The lender is inside `pthread_key_create` now (before or after the C library made the key).
-    let child = fork_and_wait(|| {
+    let child = in_child(CHILD_LIMIT, || {
         let _outer = g.enter();
         let _nested = g.enter(); // the child's first lend reaches the key
         group_works(&g)
@@ -298,7 +254,7 @@ fn fork_during_first_build(when: u8) {
         thread::yield_now();
     }
     // The builder is inside `pthread_atfork` now: before the handlers exist, or just after.
-    let child = fork_and_wait(|| {
+    let child = in_child(CHILD_LIMIT, || {
         let g = Group::builder().virtual_cpus(2).build().unwrap();
         group_works(&g)
     });

@@ -133,3 +133,49 @@ impl Gate {
         }
     }
 }
+
+/// How a child ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Child {
+    /// `_exit(code)`; 0 is success, 101 a panic.
+    Exited(i32),
+    /// Killed by this signal (6: `abort`).
+    Signalled(i32),
+    /// Still running after the limit, then killed.
+    Hung,
+}
+
+/// Forks; the child runs `child` and `_exit`s with its result (101 if it panicked); the parent waits up to `limit`.
+pub fn in_child(limit: std::time::Duration, child: impl FnOnce() -> i32) -> Child {
+    // SAFETY: fork has no preconditions; the child runs `child` and then `_exit`s, never returning into the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
+        // SAFETY: _exit has no preconditions; it skips the parent's atexit handlers and buffered output.
+        unsafe { libc::_exit(code) }
+    }
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(rc >= 0, "waitpid failed: {}", std::io::Error::last_os_error());
+        if rc == pid {
+            return if libc::WIFEXITED(status) {
+                Child::Exited(libc::WEXITSTATUS(status))
+            } else {
+                Child::Signalled(libc::WTERMSIG(status))
+            };
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: kill and a blocking waitpid on our own unreaped child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return Child::Hung;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
