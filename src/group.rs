@@ -11,7 +11,7 @@ use crate::mutants::Knob;
 use crate::mutants::Mutant;
 use crate::registration::Registration;
 use crate::state::*;
-use crate::stats::{Counters, Ev, Stats};
+use crate::stats::{Counters, Stats};
 use crate::sync::{Arc, AtomicU32, AtomicUsize, Mutex, Ordering};
 use crate::sys::MAX_CPUS;
 use crate::{rseq, sys, CpuSet, Error};
@@ -192,8 +192,7 @@ impl Group {
         if inner.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
             // Per-task: the child owns a CID from birth (kernel `sched_mm_cid_fork`). Nobody else can see `rec`'s
             // word yet except fixups, which need the lock we hold.
-            let cid = inner.bitmap.get();
-            life.counters.bump(Ev::BitmapSet);
+            let (cid, _) = inner.fresh_cid(None, &life.counters);
             // Relaxed: fixups read it under the lock we hold, and the owner receives the registration from us.
             rec.cid.store(cid, Ordering::Relaxed);
         }
@@ -246,7 +245,7 @@ impl Group {
     /// let mut last = regs.pop().unwrap();
     /// let held: Vec<_> = regs.iter_mut().map(|r| r.enter()).collect();  // core 0's CID 0, temporaries 1..=8
     /// let live = last.enter();
-    /// assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users + cores = 11
+    /// assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users = 10 (design §2.7)
     /// drop(held);
     /// drop(regs);                                                         // membership shrinks to one user
     /// assert_eq!(group.users() + group.cores(), 2);
