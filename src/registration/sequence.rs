@@ -124,20 +124,20 @@ impl Registration {
         if !g.hot.rseq {
             return false;
         }
-        let (at, s, c) = match self.sequence_target(g) {
+        let (core, slot, s, c) = match self.sequence_target(g) {
             SequenceTarget::Owned(w) => {
                 return g
                     .on_cpu
                     .run_if_owned(self.cpu.unwrap_or(0), &g.hot.mode, &self.rec.cid, w, &g.knob, || f(w as usize));
             }
-            SequenceTarget::Core { cpu, s, c, .. } => (slot_at(cpu, 0), s, c),
+            SequenceTarget::Core { cpu, slot, s, c } => (cpu, slot, s, c),
             SequenceTarget::Extra(cpu) => match self.extra_sequence_target(cpu) {
-                Some(t) => t,
+                Some((at, s, c)) => (core_of(at), g.slot(at), s, c),
                 None => return false,
             },
             SequenceTarget::Guard => return false,
         };
-        g.on_cpu.run_if(core_of(at), &g.hot.mode, g.slot(at), s, &g.knob, || f(c as usize))
+        g.on_cpu.run_if(core, &g.hot.mode, slot, s, &g.knob, || f(c as usize))
     }
 }
 
