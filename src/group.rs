@@ -11,7 +11,7 @@ use crate::mutants::Knob;
 use crate::mutants::Mutant;
 use crate::registration::Registration;
 use crate::state::*;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, Ev, Stats};
 use crate::sync::{Arc, AtomicU32, AtomicUsize, Mutex, Ordering};
 use crate::sys::MAX_CPUS;
 use crate::{rseq, sys, CpuSet, Error};
@@ -192,7 +192,14 @@ impl Group {
         if inner.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
             // Per-task: the child owns a CID from birth (kernel `sched_mm_cid_fork`). Nobody else can see `rec`'s
             // word yet except fixups, which need the lock we hold.
-            let (cid, _) = inner.fresh_cid(None, &life.counters);
+            // The lowest free CID: in per-task mode under the lock every other set bit is another registration's
+            // (its word or guard) but for CIDs parked on cores until a sweep or drain takes them, which the
+            // registration's first converging enter leaves behind (design.md §2.7); counted if at or above users.
+            let cid = inner.bitmap.get();
+            life.counters.bump(Ev::BitmapSet);
+            if cid as usize >= users {
+                life.counters.bump(Ev::BeyondUsers);
+            }
             // Relaxed: fixups read it under the lock we hold, and the owner receives the registration from us.
             rec.cid.store(cid, Ordering::Relaxed);
         }

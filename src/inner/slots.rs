@@ -17,7 +17,7 @@ use crate::stats::{Counters, Ev};
 use crate::sync::{fence, AtomicU32, Ordering};
 
 /// Rounds of `fresh_cid`'s search for a CID below `users` before it keeps the one at or above (design.md §2.7).
-const PARKED_ROUNDS: usize = 4;
+const PARKED_ROUNDS: usize = 1;
 
 /// Who takes an idle CID with `Inner::take_idle`: what it does when it finds the claim lock held.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -121,11 +121,19 @@ impl Inner {
     /// Also returns the slot a parked CID was taken from, if one was.
     pub(crate) fn fresh_cid(&self, near: Option<usize>, c: &Counters) -> (u32, Option<usize>) {
         c.bump(Ev::BitmapSet);
-        let n = match near {
-            Some(cpu) => self.bitmap.get_near(cpu, self.users.load(Ordering::Relaxed)),
-            None => self.bitmap.get(),
+        // One load of `users` in the common case (a temporary's lane bound, or after the allocation), a second only
+        // when the CID is not below the first: the registrations whose CIDs the allocation found taken are counted
+        // by then.
+        let (n, seen) = match near {
+            Some(cpu) => {
+                let users = self.users.load(Ordering::Relaxed);
+                (self.bitmap.get_near(cpu, users), Some(users))
+            }
+            None => (self.bitmap.get(), None),
         };
-        // Loaded again after the allocation: the registrations whose CIDs it found taken are counted by then.
+        if seen.is_some_and(|users| (n as usize) < users) {
+            return (n, None);
+        }
         let users = self.users.load(Ordering::Relaxed);
         if (n as usize) < users || self.knob.is(Mutant::NoParkedTake) {
             return (n, None);
@@ -143,7 +151,6 @@ impl Inner {
                 c.bump(Ev::BitmapClear);
                 return (m, None);
             }
-            crate::sync::spin_loop();
         }
         c.bump(Ev::BeyondUsers);
         (n, None)
