@@ -26,7 +26,9 @@ use std::fmt;
 /// group switches to per-core ownership) — where a thread-id keyed counter has one per
 /// thread that ever counted. Without rseq, a thread descheduled inside an update makes the next thread on its
 /// core take a temporary CID, which may add a shard beyond `max_cids` (never beyond the group's hard CID bound);
-/// so may guards of the group's other users.
+/// so may guards of the group's other users. Either way at most one shard per registration alive at the group's
+/// busiest moment, plus the CIDs [`Stats::cids_beyond_users`](crate::Stats::cids_beyond_users) counts
+/// ([design §2.7](crate::docs::design)).
 ///
 /// Arithmetic wraps (modulo 2^64): a [`sub`](ShardedCounter::sub) larger than the shard it lands on is fine, the
 /// total is still exact. What [`sum`](ShardedCounter::sum) promises while other threads count is documented
@@ -47,7 +49,8 @@ use std::fmt;
 ///     }
 /// });
 /// assert_eq!(hits.sum(), 4000);
-/// assert!(hits.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
+/// // at most one shard per thread that counted, plus those counted beyond (design §2.7)
+/// assert!(hits.shards_allocated() <= 4 + group.stats().cids_beyond_users as usize);
 /// ```
 pub struct ShardedCounter {
     group: Group,

@@ -27,7 +27,9 @@ pub(crate) fn cpu_id_in(area: isize) -> Option<usize> {
 /// instructions (each jumping to `7f` on a mismatch), then the commit instructions ending with the one
 /// store that commits; yields true if the commit ran, false on a mismatch or if the kernel aborted the
 /// sequence (the thread was preempted, migrated or signalled before the commit). `$area` is
-/// `__rseq_offset`; the operands the instructions name follow (`tmp` is a free scratch register).
+/// `__rseq_offset`; the operands the instructions name follow (`tmp` is a free scratch register, which also
+/// returns the result: one register fewer, so that the per-CPU form's nine operands less one fit beside a
+/// caller's loop without spilling its values to the stack around the sequence, `docs/benchmarks.md`).
 ///
 /// The `on_cpu` form checks that the thread runs on `$cpu`, `*$mode & ONCPU != 0` and
 /// `*$slot == $expect`.
@@ -58,7 +60,7 @@ macro_rules! sequence {
     (
         $area:expr, [$($check:literal),+], [$($commit:literal),+], $($operands:tt)*
     ) => {{
-        let ok: u32;
+        let ok: u64;
         std::arch::asm!(
             ".pushsection __rseq_cs, \"aw\"",
             ".balign 32",
@@ -72,7 +74,7 @@ macro_rules! sequence {
             $($check,)+
             $($commit,)+
             "5:",
-            "mov {ok:e}, 1",
+            "mov {tmp:e}, 1",
             "jmp 8f",
             ".pushsection __rseq_failure, \"ax\"",
             ".byte 0x0f, 0xb9, 0x3d",
@@ -81,14 +83,15 @@ macro_rules! sequence {
             "jmp 7f",
             ".popsection",
             "7:",
-            "xor {ok:e}, {ok:e}",
+            "xor {tmp:e}, {tmp:e}",
             "8:",
             // Disarm: the kernel would clear it lazily, but not before reading the descriptor, which must
             // not outlive this code (a dlopen'ed library that is unloaded).
             "mov qword ptr fs:[{area} + 8], 0",
             area = in(reg) $area,
-            tmp = out(reg) _, // not lateout: written before the inputs are done with
-            ok = out(reg) ok, // not lateout: `area` is still read after `ok` is written
+            // Not lateout: written before the inputs are done with (the descriptor's address), and `area` is
+            // still read after the result is written.
+            tmp = out(reg) ok,
             $($operands)*
             options(nostack),
         );
