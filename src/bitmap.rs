@@ -10,7 +10,7 @@
 //! scans every lane of a row, so it hands out exactly the CIDs a flat bitmap would. Temporaries, taken and dropped
 //! at every enter while a core's CID is held by a descheduled thread, come from their core's lane first
 //! (`get_near`), so the cores do not bounce one line between them; a CID found there is taken only below the
-//! caller's bound (`users`, I2's user bound), else the lowest free one anywhere.
+//! caller's bound (`users + cores`, I2), else the lowest free one anywhere.
 
 use crate::mutants::{Knob, Mutant};
 use crate::sync::{spin_loop, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -259,7 +259,7 @@ impl Bitmap {
     }
 
     /// Takes a CID for a temporary on core `cpu`: the lowest free one of the core's lane if it is below `bound`
-    /// (the caller's `users`, design.md §2.7), else the lowest free one anywhere (`get`). Only the core's lane's line
+    /// (the caller's `users + cores`, I2), else the lowest free one anywhere (`get`). Only the core's lane's line
     /// is touched in the common case, where the first word of the lane (CIDs `lane + k·L`, k < 64) has one.
     #[inline]
     pub(crate) fn get_near(&self, cpu: usize, bound: usize) -> u32 {

@@ -26,9 +26,7 @@ use std::fmt;
 /// group switches to per-core ownership) — where a thread-id keyed counter has one per
 /// thread that ever counted. Without rseq, a thread descheduled inside an update makes the next thread on its
 /// core take a temporary CID, which may add a shard beyond `max_cids` (never beyond the group's hard CID bound);
-/// so may guards of the group's other users. Either way at most one shard per registration alive at the group's
-/// busiest moment, plus the CIDs [`Stats::cids_beyond_users`](crate::Stats::cids_beyond_users) counts
-/// ([design §2.7](crate::docs::design)).
+/// so may guards of the group's other users.
 ///
 /// Arithmetic wraps (modulo 2^64): a [`sub`](ShardedCounter::sub) larger than the shard it lands on is fine, the
 /// total is still exact. What [`sum`](ShardedCounter::sum) promises while other threads count is documented
@@ -49,8 +47,7 @@ use std::fmt;
 ///     }
 /// });
 /// assert_eq!(hits.sum(), 4000);
-/// // at most one shard per thread that counted, plus those counted beyond (design §2.7)
-/// assert!(hits.shards_allocated() <= 4 + group.stats().cids_beyond_users as usize);
+/// assert!(hits.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
 pub struct ShardedCounter {
     group: Group,

@@ -192,14 +192,8 @@ impl Group {
         if inner.hot.mode.load(Ordering::Relaxed) & ONCPU == 0 {
             // Per-task: the child owns a CID from birth (kernel `sched_mm_cid_fork`). Nobody else can see `rec`'s
             // word yet except fixups, which need the lock we hold.
-            // The lowest free CID: in per-task mode under the lock every other set bit is another registration's
-            // (its word or guard) but for CIDs parked on cores until a sweep or drain takes them, which the
-            // registration's first converging enter leaves behind (design.md §2.7); counted if at or above users.
             let cid = inner.bitmap.get();
             life.counters.bump(Ev::BitmapSet);
-            if cid as usize >= users {
-                life.counters.bump(Ev::BeyondUsers);
-            }
             // Relaxed: fixups read it under the lock we hold, and the owner receives the registration from us.
             rec.cid.store(cid, Ordering::Relaxed);
         }
@@ -252,7 +246,7 @@ impl Group {
     /// let mut last = regs.pop().unwrap();
     /// let held: Vec<_> = regs.iter_mut().map(|r| r.enter()).collect();  // core 0's CID 0, temporaries 1..=8
     /// let live = last.enter();
-    /// assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users = 10 (design §2.7)
+    /// assert_eq!((live.kind(), live.cid().get()), (CidKind::Temporary, 9)); // below users + cores = 11
     /// drop(held);
     /// drop(regs);                                                         // membership shrinks to one user
     /// assert_eq!(group.users() + group.cores(), 2);

@@ -6,10 +6,6 @@
 //! cache line shared between threads, and memory for as many shards as cores, not as threads. It is the
 //! user-space counterpart of the Linux kernel's rseq `mm_cid`.
 //!
-//! **Shards never outnumber threads:** per-CID data has at most one shard per registration alive at the group's
-//! busiest moment (for [`Group::enter`], per thread that entered), plus the CIDs [`Stats::cids_beyond_users`]
-//! counts, handed out beyond it only when the alternative was to wait ([design §2.7](crate::docs::design)).
-//!
 //! ## What to use when
 //!
 //! * [`ShardedCounter`]: a counter many threads add to (`add` needs no guard); `sum` reads it at any time.

@@ -83,9 +83,6 @@ pub enum Mutant {
     /// `Pool`: a reclaim claims the idle CID with a Relaxed `fetch_or` (its previous holder's magazine writes
     /// need not be visible).
     RelaxedPoolClaim,
-    /// I2's user bound (design.md §2.7): a thread whose fresh CID is at or above `users` keeps it instead of taking
-    /// a CID parked idle on a core below `users`.
-    NoParkedTake,
 }
 
 /// The mutant a group runs: the builder's choice under loom (`GroupBuilder::mutant`), nothing elsewhere.

@@ -82,10 +82,7 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 /// [`Group::max_cids`] (I2), so the shards are as many as the most CIDs in use at once while the data was used
 /// — bounded by the group's cores — where thread-id keyed storage holds one per thread that ever touched it. A
 /// thread descheduled inside its guard can make another take a temporary CID, which may add a shard beyond
-/// `max_cids`. Shards: at most one per registration alive at the group's busiest moment (for
-/// [`Group::enter`](crate::Group::enter), per thread that entered), plus the CIDs
-/// [`Stats::cids_beyond_users`](crate::Stats::cids_beyond_users) counts ([design §2.7](crate::docs::design)), so no
-/// more than thread-keyed storage would hold; never more than the group's hard CID bound.
+/// `max_cids`; the hard bound is the group's CID space.
 ///
 /// Access is through a guard: [`PerCid::get_mut`] gives `&mut T` for the guard's CID with no atomic operation
 /// on `T`, because no other live guard of the group carries that CID (I1) and whatever its previous holder
@@ -114,8 +111,7 @@ type Slot<T> = AtomicPtr<CachePadded<T>>;
 /// let mut all: Vec<u32> = lists.iter_mut().flat_map(|(_cid, v)| v.drain(..)).collect();
 /// all.sort();
 /// assert_eq!(all, [0, 1, 2, 3]);
-/// let beyond = group.stats().cids_beyond_users as usize;
-/// assert!(lists.shards_allocated() <= 4 + beyond); // at most one per registration (design §2.7)
+/// assert!(lists.shards_allocated() <= 4 + group.cids_per_core() * group.cores()); // I2: users + K·cores
 /// ```
 ///
 /// # Several per-CID tables under one guard

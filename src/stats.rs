@@ -32,10 +32,9 @@ pub(crate) enum Ev {
     FixupVisit,
     FixupTake,
     BarrierFailed,
-    BeyondUsers,
 }
 
-const EVENTS: usize = Ev::BeyondUsers as usize + 1;
+const EVENTS: usize = Ev::BarrierFailed as usize + 1;
 
 /// A snapshot of a group's counters, from [`Group::stats`](crate::Group::stats).
 ///
@@ -118,11 +117,6 @@ pub struct Stats {
     /// let it take, which costs compactness, never exclusivity (design.md §12, the crate docs' "Platform and
     /// process events").
     pub membarrier_failures: u64,
-    /// CIDs handed out at or above the number of registrations alive (design.md §2.7): every CID below it was
-    /// held by a guard or between two steps of another thread (in groups with restartable sequences also: parked
-    /// on a core while another thread's claim held the claim lock), and the enter took a new one rather than
-    /// wait. Each may add a shard to a [`PerCid`](crate::PerCid) beyond one per registration.
-    pub cids_beyond_users: u64,
     /// CIDs marked in use now.
     pub cids_in_use: u64,
 }
@@ -236,7 +230,6 @@ impl Stats {
             fixup_visits: t[Ev::FixupVisit as usize],
             fixup_takes: t[Ev::FixupTake as usize],
             membarrier_failures: t[Ev::BarrierFailed as usize],
-            cids_beyond_users: t[Ev::BeyondUsers as usize],
             cids_in_use: cids_in_use as u64,
         }
     }
@@ -277,7 +270,6 @@ mod tests {
             Ev::FixupVisit,
             Ev::FixupTake,
             Ev::BarrierFailed,
-            Ev::BeyondUsers,
         ];
         assert_eq!(events.len(), EVENTS, "every event listed once");
         let c = Counters::default();
@@ -313,7 +305,6 @@ mod tests {
             (s.fixup_visits, n(Ev::FixupVisit)),
             (s.fixup_takes, n(Ev::FixupTake)),
             (s.membarrier_failures, n(Ev::BarrierFailed)),
-            (s.cids_beyond_users, n(Ev::BeyondUsers)),
         ];
         for (i, (got, want)) in fields.into_iter().enumerate() {
             assert_eq!(got, want, "field {i} of {s:?}");

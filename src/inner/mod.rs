@@ -62,7 +62,7 @@ pub(crate) struct Inner {
     pub(crate) cores: usize,
     pub(crate) virtual_cpus: bool,
     /// Registrations in the group: stored only under the lifecycle lock (`set_users`), so its holder reads it exactly
-    /// (`users_locked`); anyone else reads a snapshot (`fresh_cid`, `Group::users`, the switch checks' hints).
+    /// (`users_locked`); anyone else reads a snapshot (`temp_bound`, `Group::users`, the switch checks' hints).
     pub(crate) users: AtomicUsize,
     /// Counted `Group` handles (see `Group::counted`). A plain std atomic even under loom: its one ordering
     /// argument (the Release decrement in `Drop` against the Acquire load in `is_abandoned`) serves only the
@@ -134,7 +134,7 @@ impl Inner {
     }
 
     /// Sets the number of registrations; only under the lifecycle lock (`life`). Relaxed: lock-free readers take
-    /// a snapshot (`fresh_cid`, `Group::users`, the switch checks' hints), and the lock orders it for the next
+    /// a snapshot (`temp_bound`, `Group::users`, the switch checks' hints), and the lock orders it for the next
     /// holder.
     pub(crate) fn set_users(&self, _life: &mut Life, users: usize) {
         self.users.store(users, Ordering::Relaxed);

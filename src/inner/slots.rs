@@ -16,9 +16,6 @@ use crate::state::*;
 use crate::stats::{Counters, Ev};
 use crate::sync::{fence, AtomicU32, Ordering};
 
-/// Rounds of `fresh_cid`'s search for a CID below `users` before it keeps the one at or above (design.md §2.7).
-const PARKED_ROUNDS: usize = 1;
-
 /// Who takes an idle CID with `Inner::take_idle`: what it does when it finds the claim lock held.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Taker {
@@ -110,66 +107,6 @@ impl Inner {
         };
         self.claim_unlock(c);
         taken
-    }
-
-    /// A CID for a thread that owns none (design.md §2.7, I2's user bound): the lowest free one (from core `near`'s
-    /// bitmap lane first for a temporary, §2.5) if it is below `users`; else, since every CID below `users` is then
-    /// held by one of the other `users - 1` registrations or parked on a core, a parked idle one below `users`
-    /// taken from any slot (`take_idle` as a stealer: a CAS, or in rseq groups a claim that only tries the claim
-    /// lock, so nobody waits, I6), the fresh one given back; else the fresh one (the hard bound, §2.4).
-    /// `users` is a Relaxed snapshot, as `Group::users`: a stale one is the count an instant earlier.
-    /// Also returns the slot a parked CID was taken from, if one was.
-    pub(crate) fn fresh_cid(&self, near: Option<usize>, c: &Counters) -> (u32, Option<usize>) {
-        c.bump(Ev::BitmapSet);
-        // One load of `users` in the common case (a temporary's lane bound, or after the allocation), a second only
-        // when the CID is not below the first: the registrations whose CIDs the allocation found taken are counted
-        // by then.
-        let (n, seen) = match near {
-            Some(cpu) => {
-                let users = self.users.load(Ordering::Relaxed);
-                (self.bitmap.get_near(cpu, users), Some(users))
-            }
-            None => (self.bitmap.get(), None),
-        };
-        if seen.is_some_and(|users| (n as usize) < users) {
-            return (n, None);
-        }
-        let users = self.users.load(Ordering::Relaxed);
-        if (n as usize) < users || self.knob.is(Mutant::NoParkedTake) {
-            return (n, None);
-        }
-        for _ in 0..PARKED_ROUNDS {
-            if let Some((p, at)) = self.take_parked(n, c) {
-                self.bitmap.clear(n);
-                c.bump(Ev::BitmapClear);
-                return (p, Some(at));
-            }
-            // Every parked CID below `n` was borrowed since we looked, or a CID was between two steps of its
-            // owner (a steal, a sweep): those borrowers are holders now, or the step is done, so look again.
-            if let Some(m) = self.bitmap.try_get(users) {
-                self.bitmap.clear(n);
-                c.bump(Ev::BitmapClear);
-                return (m, None);
-            }
-        }
-        c.bump(Ev::BeyondUsers);
-        (n, None)
-    }
-
-    /// A CID parked idle on any core's slot below `below`, taken (`take_idle` as a stealer: a CAS, or in rseq
-    /// groups a claim that only tries the claim lock): for `fresh_cid`.
-    fn take_parked(&self, below: u32, c: &Counters) -> Option<(u32, usize)> {
-        for (at, slot) in self.all_slots() {
-            // Relaxed: a hint; `take_idle`'s CAS validates it and acquires through it (I8).
-            let s = slot.load(Ordering::Relaxed);
-            if let Some(p) = slot::idle_cid(s).filter(|&p| p < below) {
-                if self.take_idle(at, s, Taker::Stealer, c) {
-                    c.bump(Ev::Steal);
-                    return Some((p, at));
-                }
-            }
-        }
-        None
     }
 
     /// The claim lock, tried once. Acquire: pairs with `claim_unlock`'s Release, so claimers are serialised and a

@@ -38,6 +38,14 @@ impl Inner {
         self.hot.max_cids.load(Ordering::Relaxed) as usize
     }
 
+    /// The I2 hard bound as this thread sees it now, `users + cores`: temporaries from a core's bitmap lane are
+    /// taken only below it (`Bitmap::get_near`). Relaxed: `users` changes only under the lifecycle lock, and a
+    /// stale value is as good as the one lowest-first allocation would have seen an instant earlier.
+    #[inline]
+    pub(crate) fn temp_bound(&self) -> usize {
+        self.users.load(Ordering::Relaxed) + self.cores
+    }
+
     /// Ordering of the store that ends a switch (F4). Release: whoever sees the final mode sees every effect of
     /// the walk (the kernel's `smp_mb()` before clearing TRANSIT, 47ee94efccf6).
     fn completion_order(&self) -> Ordering {

@@ -166,7 +166,8 @@ impl Registration {
         c.bump(Ev::Temporary);
         Held::Temp(spare.unwrap_or_else(|| {
             c.bump(Ev::Alloc);
-            let n = self.fresh(Some(cpu), None);
+            c.bump(Ev::BitmapSet);
+            let n = g.bitmap.get_near(cpu, g.temp_bound());
             if g.hot.cids_per_core > 1 {
                 g.check_occupancy(); // every CID of the core is held: is per-task ownership as good (§3.1)?
             }
@@ -192,27 +193,13 @@ impl Registration {
         }
     }
 
-    /// The CID to donate into slot `into` while it is EMPTY: `spare` if we hold one, else a fresh one (`fresh`).
-    fn spare_or_fresh(&self, spare: &mut Option<u32>, into: usize) -> u32 {
+    /// The CID to donate into an EMPTY slot: `spare` if we hold one, else a fresh one from the bitmap.
+    fn spare_or_fresh(&self, spare: &mut Option<u32>) -> u32 {
         spare.take().unwrap_or_else(|| {
             self.rec.counters.bump(Ev::Alloc);
-            self.fresh(None, Some(into))
+            self.rec.counters.bump(Ev::BitmapSet);
+            self.group.inner.bitmap.get()
         })
-    }
-
-    /// A fresh CID for this registration (`Inner::fresh_cid`, design.md §2.7), going into slot `into` if any. One
-    /// taken from a core's slot is a steal, watched for storms as convergence's steals are (§4.5.1): taken back
-    /// from the slot our last steal filled, it makes the group look at per-task ownership.
-    fn fresh(&self, near: Option<usize>, into: Option<usize>) -> u32 {
-        let g = &*self.group.inner;
-        let (n, from) = g.fresh_cid(near, &self.rec.counters);
-        if let Some(from) = from {
-            if from == self.stole_into.load(Relaxed) as usize {
-                g.check_steal_storm();
-            }
-            self.stole_into.store(into.map_or(u32::MAX, |at| at as u32), Relaxed);
-        }
-        n
     }
 
     /// An extra slot of core `cpu` (`1..K`, design.md §2.6): the first idle one, borrowed as the first slot is (and
@@ -235,7 +222,7 @@ impl Registration {
             }
         }
         let at = empty?;
-        let n = self.spare_or_fresh(spare, at);
+        let n = self.spare_or_fresh(spare);
         // Relaxed: as the first slot's donation (`enter_core_owned`): nobody reads a BUSY slot for data, `n`'s history
         // came with it and our X1 (Release) hands it on (I8).
         if g.slot(at).compare_exchange(EMPTY, slot::busy(n), Relaxed, Relaxed).is_ok() {
@@ -330,13 +317,14 @@ impl Registration {
             }
             between_convergence_steps(g);
             // The lowest free CID: below max unless other threads took the free ones meanwhile (then it may even be
-            // above `w`, still below users + cores, and we converge at a later enter); below users unless counted
-            // (`fresh_cid`, design.md §2.7).
-            let n = self.fresh(None, None);
+            // above `w`, still below users + cores, and we converge at a later enter).
+            let n = g.bitmap.get();
+            c.bump(Ev::BitmapSet);
             c.bump(if gave_up && (n as usize) < max { Ev::Converge } else { Ev::Alloc });
             return self.install(n);
         }
-        let n = self.fresh(None, None);
+        let n = g.bitmap.get();
+        c.bump(Ev::BitmapSet);
         c.bump(Ev::Alloc);
         self.install(n)
     }
@@ -380,7 +368,7 @@ impl Registration {
                     return Held::Core { at: at as u32, cid: self.converge_core(at, owned, max) };
                 }
             } else if s == EMPTY {
-                let n = self.spare_or_fresh(&mut spare, at);
+                let n = self.spare_or_fresh(&mut spare);
                 // Relaxed: nobody reads a BUSY slot for data (walks and claims skip it); `n`'s history came
                 // with it (our word, or the bitmap's Acquire), and our X1 (Release) hands it on (I8).
                 if slot.compare_exchange(EMPTY, slot::busy(n), Relaxed, Relaxed).is_ok() {
@@ -396,8 +384,9 @@ impl Registration {
             return held;
         }
         Held::Temp(spare.unwrap_or_else(|| {
+            c.bump(Ev::BitmapSet);
             c.bump(Ev::Alloc);
-            self.fresh(Some(cpu), None)
+            g.bitmap.get_near(cpu, g.temp_bound())
         }))
     }
 
@@ -417,10 +406,11 @@ impl Registration {
             g.bitmap.clear(cid);
             between_convergence_steps(g);
             // The lowest free CID: below max unless another thread took the free one meanwhile.
-            let n = self.fresh(None, Some(at));
+            let n = g.bitmap.get();
             // Relaxed: nobody reads a BUSY slot for data; our X1 (Release) publishes at exit.
             slot.store(slot::busy(n), Relaxed);
             c.bump(Ev::BitmapClear);
+            c.bump(Ev::BitmapSet);
             c.bump(if (n as usize) < max { Ev::Converge } else { Ev::Alloc });
             return n;
         }
@@ -436,8 +426,8 @@ impl Registration {
     fn steal(&mut self, at: usize, cid: u32, max: usize) -> Option<u32> {
         let g = &*self.group.inner;
         let c = &self.rec.counters;
-        let back = self.stole_into.load(Relaxed) as usize;
-        let ours = (self.stole_into.load(Relaxed) != u32::MAX && back != at).then(|| (back, g.slot(back)));
+        let back = self.stole_into as usize;
+        let ours = (self.stole_into != u32::MAX && back != at).then(|| (back, g.slot(back)));
         for (i, other) in ours.into_iter().chain(g.all_slots()) {
             if i == at {
                 continue;
@@ -451,7 +441,7 @@ impl Registration {
                     c.bump(Ev::BitmapClear);
                     c.bump(Ev::Steal);
                     c.bump(Ev::Converge);
-                    self.stole_into.store(at as u32, Relaxed);
+                    self.stole_into = at as u32;
                     if i == back {
                         g.check_steal_storm(); // the CID follows this thread from core to core
                     }

@@ -42,9 +42,8 @@ pub struct Registration {
     pub(crate) hint_word: u32,
     /// The slot into which this registration's last steal moved a CID (`slot_at`), or `u32::MAX`: a steal that
     /// takes from it again takes back the CID it carried there, the sign of a steal storm (design.md §4.5.1).
-    /// Written only on the steal paths, by the owner (a std atomic, not loom's: private data, no scheduling point;
-    /// an atomic only so that the fresh-CID path, which has `&self`, can write it).
-    pub(crate) stole_into: std::sync::atomic::AtomicU32,
+    /// Written only on the steal path.
+    pub(crate) stole_into: u32,
 }
 
 impl std::fmt::Debug for Registration {
@@ -63,7 +62,7 @@ impl Registration {
             outstanding: Entered::NOTHING,
             hint_at: u32::MAX,
             hint_word: EMPTY,
-            stole_into: std::sync::atomic::AtomicU32::new(u32::MAX),
+            stole_into: u32::MAX,
         }
     }
 

@@ -22,7 +22,7 @@ impl Registration {
     /// checks `sequences_apply` here so that no caller can skip it: it is what keeps CAS borrowers away from the
     /// slot. Shared by `add_in_sequence` and its loom twin `update_in_sequence`.
     #[inline(always)]
-    fn sequence_target<'g>(&self, g: &'g Inner) -> SequenceTarget<'g> {
+    fn sequence_target(&self, g: &Inner) -> SequenceTarget {
         // Relaxed: a hint the sequence compares again (the word is our own: only fixups change it, to UNSET).
         let w = self.rec.cid.load(Relaxed);
         if (w as usize) < g.max_cids() {
@@ -33,15 +33,14 @@ impl Registration {
         }
         let Some(cpu) = self.sequence_cpu(g) else { return SequenceTarget::Guard };
         // Relaxed: a hint; the sequence compares the slot again and acquires through it (I8).
-        let slot = g.slot(slot_at(cpu, 0));
-        let s = slot.load(Relaxed);
+        let s = g.slot(slot_at(cpu, 0)).load(Relaxed);
         let c = if g.knob.is(Mutant::SequenceIgnoresBusy) {
             Some(s & VALUE).filter(|_| s & ONCPU != 0)
         } else {
             slot::idle_cid(s)
         };
         match c {
-            Some(c) if (c as usize) < g.max_cids() => SequenceTarget::Core { cpu, slot, s, c },
+            Some(c) if (c as usize) < g.max_cids() => SequenceTarget::Core { cpu, s, c },
             None if s & BUSY != 0 => SequenceTarget::Extra(cpu),
             _ => SequenceTarget::Guard, // out of range (the guard path converges it, I4), or no CID on the core
         }
@@ -88,8 +87,9 @@ impl Registration {
         let done = match self.sequence_target(g) {
             SequenceTarget::Owned(w) => shard(w as usize)
                 .is_some_and(|cell| rseq::add_if_owned(g.hot.rseq_area, &g.hot.mode, &self.rec.cid, w, cell, n)),
-            SequenceTarget::Core { cpu, slot, s, c } => shard(c as usize)
-                .is_some_and(|cell| rseq::add_if(g.hot.rseq_area, cpu as u32, &g.hot.mode, slot, s, cell, n)),
+            SequenceTarget::Core { cpu, s, c } => shard(c as usize).is_some_and(|cell| {
+                rseq::add_if(g.hot.rseq_area, cpu as u32, &g.hot.mode, g.slot(slot_at(cpu, 0)), s, cell, n)
+            }),
             SequenceTarget::Extra(cpu) => self.add_on_extra(g, cpu, shard, n),
             SequenceTarget::Guard => false,
         };
@@ -124,30 +124,30 @@ impl Registration {
         if !g.hot.rseq {
             return false;
         }
-        let (core, slot, s, c) = match self.sequence_target(g) {
+        let (at, s, c) = match self.sequence_target(g) {
             SequenceTarget::Owned(w) => {
                 return g
                     .on_cpu
                     .run_if_owned(self.cpu.unwrap_or(0), &g.hot.mode, &self.rec.cid, w, &g.knob, || f(w as usize));
             }
-            SequenceTarget::Core { cpu, slot, s, c } => (cpu, slot, s, c),
+            SequenceTarget::Core { cpu, s, c } => (slot_at(cpu, 0), s, c),
             SequenceTarget::Extra(cpu) => match self.extra_sequence_target(cpu) {
-                Some((at, s, c)) => (core_of(at), g.slot(at), s, c),
+                Some(t) => t,
                 None => return false,
             },
             SequenceTarget::Guard => return false,
         };
-        g.on_cpu.run_if(core, &g.hot.mode, slot, s, &g.knob, || f(c as usize))
+        g.on_cpu.run_if(core_of(at), &g.hot.mode, g.slot(at), s, &g.knob, || f(c as usize))
     }
 }
 
 /// What `Registration::sequence_target` found: where a whole update may run as one restartable sequence.
 #[derive(Clone, Copy)]
-enum SequenceTarget<'g> {
+enum SequenceTarget {
     /// Per-task: on the CID the registration owns (design.md §9.3).
     Owned(u32),
-    /// Per-CPU: on core `cpu`'s first CID `c`, whose slot (`slot`, found once) read `s` (idle) (§9.2).
-    Core { cpu: usize, slot: &'g crate::sync::AtomicU32, s: u32, c: u32 },
+    /// Per-CPU: on core `cpu`'s first CID `c`, whose slot word read `s` (idle) (§9.2).
+    Core { cpu: usize, s: u32, c: u32 },
     /// Per-CPU, core `cpu`'s first CID busy: maybe on one of its extra CIDs (§2.6).
     Extra(usize),
     /// Nowhere: a guard is needed.

@@ -27,9 +27,7 @@ pub(crate) fn cpu_id_in(area: isize) -> Option<usize> {
 /// instructions (each jumping to `7f` on a mismatch), then the commit instructions ending with the one
 /// store that commits; yields true if the commit ran, false on a mismatch or if the kernel aborted the
 /// sequence (the thread was preempted, migrated or signalled before the commit). `$area` is
-/// `__rseq_offset`; the operands the instructions name follow (`tmp` is a free scratch register, which also
-/// returns the result: one register fewer, so that the per-CPU form's nine operands less one fit beside a
-/// caller's loop without spilling its values to the stack around the sequence, `docs/benchmarks.md`).
+/// `__rseq_offset`; the operands the instructions name follow (`tmp` is a free scratch register).
 ///
 /// The `on_cpu` form checks that the thread runs on `$cpu`, `*$mode & ONCPU != 0` and
 /// `*$slot == $expect`.
@@ -60,7 +58,7 @@ macro_rules! sequence {
     (
         $area:expr, [$($check:literal),+], [$($commit:literal),+], $($operands:tt)*
     ) => {{
-        let ok: u64;
+        let ok: u32;
         std::arch::asm!(
             ".pushsection __rseq_cs, \"aw\"",
             ".balign 32",
@@ -74,7 +72,7 @@ macro_rules! sequence {
             $($check,)+
             $($commit,)+
             "5:",
-            "mov {tmp:e}, 1",
+            "mov {ok:e}, 1",
             "jmp 8f",
             ".pushsection __rseq_failure, \"ax\"",
             ".byte 0x0f, 0xb9, 0x3d",
@@ -83,15 +81,14 @@ macro_rules! sequence {
             "jmp 7f",
             ".popsection",
             "7:",
-            "xor {tmp:e}, {tmp:e}",
+            "xor {ok:e}, {ok:e}",
             "8:",
             // Disarm: the kernel would clear it lazily, but not before reading the descriptor, which must
             // not outlive this code (a dlopen'ed library that is unloaded).
             "mov qword ptr fs:[{area} + 8], 0",
             area = in(reg) $area,
-            // Not lateout: written before the inputs are done with (the descriptor's address), and `area` is
-            // still read after the result is written.
-            tmp = out(reg) ok,
+            tmp = out(reg) _, // not lateout: written before the inputs are done with
+            ok = out(reg) ok, // not lateout: `area` is still read after `ok` is written
             $($operands)*
             options(nostack),
         );
